@@ -1,0 +1,27 @@
+"""Packaging for tvm_memsched. The core needs only numpy and networkx; heavy parts are extras."""
+
+from setuptools import find_packages, setup
+
+TVM = ["apache-tvm==0.27.0.post1"]
+ILP = ["ortools==9.15.6755"]
+TFLITE = ["ai-edge-litert==2.3.0", "tflite-micro==0.dev20261023182759"]
+PLOT = ["matplotlib>=3.7"]
+TORCH = ["torch==2.13.0"]
+ALL = TVM + ILP + TFLITE + PLOT
+TEST = ALL + TORCH + ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"]
+
+setup(
+    name="tvm_memsched",
+    version="0.1.0",
+    description="Memory-aware operator scheduling and arena planning for TVM Relax, "
+                "microcontrollers, TFLite Micro and Coral Edge TPUs",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tvm_memsched", "tvm_memsched.*"]),
+    package_data={"tvm_memsched": ["zoo/data/*.json", "schedulers/data/*.npz", "micro/runtime/*"]},
+    install_requires=["numpy>=1.24", "networkx>=3.0"],
+    extras_require={"tvm": TVM, "ilp": ILP, "tflite": TFLITE, "plot": PLOT, "torch": TORCH,
+                    "all": ALL, "test": TEST},
+    entry_points={"console_scripts": ["tvm-memsched=tvm_memsched.cli:main"]},
+)

@@ -1,0 +1,117 @@
+"""The tvm-memsched command: outputs, and clean errors (exit 2, one line, no traceback)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tvm_memsched.core import example_graph, graph_to_dict, simulate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tvm_memsched", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(graph_to_dict(example_graph())))
+    return p
+
+
+def write(tmp_path, name, obj):
+    p = tmp_path / name
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return str(p)
+
+
+def assert_clean_error(proc, *fragments):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+@pytest.mark.parametrize("method", ["program", "kahn", "rpo"])
+def test_schedule_then_simulate(tmp_path, graph_file, method):
+    out = tmp_path / "o.json"
+    p = run("schedule", str(graph_file), "--method", method, "--output", str(out))
+    assert p.returncode == 0, p.stderr
+    res = json.loads(out.read_text())
+    assert set(res) >= {"order", "peak_bytes", "lower_bound_bytes", "optimal", "method", "seconds"}
+    assert res["method"] == method
+    g = example_graph()
+    assert res["peak_bytes"] == simulate(g, res["order"]).peak
+    s = run("simulate", str(graph_file), str(out), "--json")
+    assert s.returncode == 0, s.stderr
+    assert json.loads(s.stdout)["peak_bytes"] == res["peak_bytes"]
+    # a plain list works as an order file too
+    lst = write(tmp_path, "list.json", res["order"])
+    s2 = run("simulate", str(graph_file), lst)
+    assert s2.returncode == 0 and str(res["peak_bytes"]) in s2.stdout
+
+
+def test_info(graph_file):
+    p = run("info", str(graph_file), "--json")
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    assert info["ops"] == example_graph().num_ops
+    assert set(info["baseline_peaks"]) == {"program", "kahn", "rpo"}
+    assert all(v >= info["lower_bound_bytes"] for v in info["baseline_peaks"].values())
+    assert "lower bound" in run("info", str(graph_file)).stdout
+
+
+def test_malformed_json(tmp_path):
+    bad = write(tmp_path, "bad.json", "{\"tensors\": [")
+    assert_clean_error(run("info", bad), "not valid JSON")
+
+
+def test_missing_file(tmp_path):
+    assert_clean_error(run("info", str(tmp_path / "nope.json")), "not found")
+
+
+def test_cycle_in_file(tmp_path):
+    g = {"tensors": [{"name": "a", "bytes": 1}, {"name": "b", "bytes": 1}],
+         "ops": [{"name": "A", "inputs": ["b"], "outputs": ["a"]}, {"name": "B", "inputs": ["a"], "outputs": ["b"]}],
+         "inputs": [], "outputs": []}
+    assert_clean_error(run("schedule", write(tmp_path, "c.json", g), "--method", "rpo"), "cycle", "A", "B")
+
+
+@pytest.mark.parametrize("order,fragment", [
+    (["nope"], "unknown op 'nope'"),
+    ({"ord": []}, "needs an 'order' list"),
+    ("3", "must be a JSON list"),
+])
+def test_bad_order_files(tmp_path, graph_file, order, fragment):
+    assert_clean_error(run("simulate", str(graph_file), write(tmp_path, "o.json", order)), fragment)
+
+
+def test_negative_size(tmp_path):
+    g = {"tensors": [{"name": "x", "bytes": -3}], "ops": [], "inputs": ["x"], "outputs": []}
+    assert_clean_error(run("info", write(tmp_path, "n.json", g)), "non-negative integer")
+
+
+def test_unknown_method_and_bad_time_limit(graph_file):
+    p = run("schedule", str(graph_file), "--method", "magic")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    p = run("schedule", str(graph_file), "--method", "rpo", "--time-limit", "-1")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_unwritable_output(graph_file, tmp_path):
+    assert_clean_error(run("schedule", str(graph_file), "--method", "rpo", "--output",
+                           str(tmp_path / "no" / "dir" / "o.json")), "cannot write")
+
+
+def test_demo_runs_without_terminal():
+    p = run("demo", "--methods", "program", "rpo")
+    assert p.returncode == 0, p.stderr
+    assert "program" in p.stdout and "lower bound" in p.stdout

@@ -1,0 +1,191 @@
+"""The ``tvm-memsched`` command.
+
+Every error caused by bad input is printed as one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .core.errors import InputFileError, MemschedError
+
+__all__ = ["main"]
+
+
+# ------------------------------------------------------------------ helpers
+def _load_graph_arg(spec: str):
+    """A graph from a JSON file path (other model kinds are added by later subcommands)."""
+    from .core.io import load_graph
+
+    return load_graph(spec)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n} B"
+
+
+def _write_json(path: str, obj) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+    except OSError as e:
+        raise InputFileError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def _progress(args):
+    from .core.progress import ProgressLog
+
+    return None if getattr(args, "quiet", False) else ProgressLog(prefix="  ")
+
+
+# ---------------------------------------------------------------- commands
+def cmd_simulate(args) -> int:
+    from .core.io import load_order
+    from .core.simulate import simulate
+
+    graph = _load_graph_arg(args.graph)
+    order = load_order(args.order)
+    result = simulate(graph, order)
+    if args.json:
+        print(json.dumps(result.to_dict() if args.full else
+                         {"peak_bytes": result.peak, "peak_step": result.peak_step,
+                          "peak_op": result.peak_op, "live_at_peak": list(result.live_at_peak)}))
+    else:
+        print(f"peak: {result.peak} bytes ({_fmt_bytes(result.peak)}) at step {result.peak_step} "
+              f"(op {result.peak_op}); {len(result.live_at_peak)} tensors live")
+    return 0
+
+
+def cmd_schedule(args) -> int:
+    from .schedulers import schedule
+
+    graph = _load_graph_arg(args.graph)
+    result = schedule(graph, method=args.method, time_limit=args.time_limit, progress=_progress(args))
+    out = result.to_dict()
+    if args.output:
+        _write_json(args.output, out)
+    if args.output is None or not args.quiet:
+        proven = "proven optimal" if result.optimal else "not proven optimal"
+        print(f"{args.method}: peak {result.peak_bytes} bytes ({_fmt_bytes(result.peak_bytes)}), "
+              f"lower bound {result.lower_bound_bytes}, {proven}, {result.seconds:.3f}s", file=sys.stderr)
+    if args.output is None:
+        print(json.dumps(out))
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .core.bounds import lower_bound_details
+    from .schedulers import schedule
+
+    graph = _load_graph_arg(args.graph)
+    lb = lower_bound_details(graph)
+    info = {"name": graph.name, "ops": graph.num_ops, "tensors": graph.num_tensors,
+            "inputs": len(graph.inputs), "outputs": len(graph.outputs),
+            "total_bytes": graph.total_bytes, "lower_bound_bytes": lb.bytes,
+            "lower_bound": lb.to_dict(), "baseline_peaks": {}}
+    for m in ("program", "kahn", "rpo"):
+        info["baseline_peaks"][m] = schedule(graph, m).peak_bytes
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"graph {graph.name}: {graph.num_ops} ops, {graph.num_tensors} tensors, "
+          f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs")
+    print(f"total activation bytes: {graph.total_bytes} ({_fmt_bytes(graph.total_bytes)})")
+    print(f"lower bound:            {lb.bytes} ({_fmt_bytes(lb.bytes)})  [op {lb.op_bound}, "
+          f"must-live {lb.must_live_bound} at {lb.op}, end {lb.end_bound}]")
+    for m, p in info["baseline_peaks"].items():
+        print(f"{m + ' peak:':<24}{p} ({_fmt_bytes(p)})")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """Schedule the built-in example graph with every method and print the table."""
+    from .core.generators import example_graph
+    from .schedulers import available_methods, schedule
+
+    graph = example_graph()
+    methods = args.methods or available_methods()
+    print(f"{graph.name}: {graph.num_ops} ops, {graph.num_tensors} tensors "
+          f"(built-in example graph; activation bytes of float32 feature maps)\n")
+    base = schedule(graph, "program")
+    rows = []
+    for m in methods:
+        r = schedule(graph, m, time_limit=args.time_limit, progress=_progress(args))
+        rows.append([m, str(r.peak_bytes), _fmt_bytes(r.peak_bytes), f"{base.peak_bytes / r.peak_bytes:.2f}x",
+                     "yes" if r.optimal else "no", f"{r.seconds:.3f}"])
+    print(_table(rows, ["method", "peak bytes", "peak", "vs program", "proven optimal", "seconds"]))
+    print(f"\nlower bound: {base.lower_bound_bytes} bytes ({_fmt_bytes(base.lower_bound_bytes)})")
+    return 0
+
+
+# -------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    from .schedulers import available_methods
+
+    p = argparse.ArgumentParser(prog="tvm-memsched",
+                                description="Memory-aware operator scheduling and arena planning.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    s = sub.add_parser("simulate", help="peak memory of a given order")
+    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("order", metavar="ORDER.json", help="a JSON list of op names or {\"order\": [...]}")
+    s.add_argument("--json", action="store_true", help="print a JSON object (with peak_bytes)")
+    s.add_argument("--full", action="store_true", help="with --json: include per-step footprints")
+    s.set_defaults(fn=cmd_simulate)
+
+    s = sub.add_parser("schedule", help="find a low-peak order")
+    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("--method", default="auto", choices=available_methods())
+    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
+    s.add_argument("--output", "-o", metavar="OUT.json", help="write the result here (default: stdout)")
+    s.add_argument("--quiet", "-q", action="store_true")
+    s.set_defaults(fn=cmd_schedule)
+
+    s = sub.add_parser("info", help="op/tensor counts, lower bound and baseline peaks")
+    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_info)
+
+    s = sub.add_parser("demo", help="schedule the built-in example graph with every method")
+    s.add_argument("--methods", nargs="*", choices=available_methods())
+    s.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS")
+    s.add_argument("--quiet", "-q", action="store_true")
+    s.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "time_limit", None) is not None and not args.time_limit > 0:
+        parser.error(f"--time-limit must be positive, got {args.time_limit}")
+    try:
+        return args.fn(args)
+    except MemschedError as e:
+        print(f"tvm-memsched: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tvm-memsched: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Exceptions raised for bad input.
+
+Every error a user can cause (a malformed graph, an invalid order, an impossible
+budget, an unsupported model) is a :class:`MemschedError`. The CLI turns these into
+a one-line message and exit code 2; library users can catch the specific subclass.
+"""
+
+
+class MemschedError(Exception):
+    """Base class of every error caused by bad input."""
+
+
+class GraphError(MemschedError, ValueError):
+    """The graph is malformed (cycle, unknown tensor, duplicate name, bad size...)."""
+
+
+class OrderError(MemschedError, ValueError):
+    """An operator order is not a valid schedule of the graph."""
+
+
+class BudgetError(MemschedError, ValueError):
+    """No schedule fits the requested memory budget."""
+
+
+class UnsupportedError(MemschedError, ValueError):
+    """The input uses a feature this tool does not support (dynamic shapes, an op...)."""
+
+
+class InputFileError(MemschedError, ValueError):
+    """A file could not be read or parsed (missing, malformed JSON, corrupt flatbuffer)."""

@@ -1,0 +1,189 @@
+"""Synthetic graphs: random DAGs, NAS-like cell networks, and the built-in example.
+
+These feed the tests, the scheduler benchmarks and the learned scheduler's
+training set. All generators are deterministic functions of their ``seed``.
+
+Example
+-------
+>>> g = random_dag(12, seed=3)
+>>> g.num_ops
+12
+>>> example_graph().name
+'example-nas-cells'
+"""
+
+from __future__ import annotations
+
+import random
+
+from .graph import Graph, Op
+
+__all__ = ["random_dag", "layered_dag", "cell_network", "example_graph"]
+
+
+def random_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 3, multi_output_prob: float = 0.15,
+               workspace_prob: float = 0.2, extra_output_prob: float = 0.1, n_inputs: int | None = None,
+               sizes: tuple[int, int] = (1, 64), locality: int | None = None) -> Graph:
+    """A random DAG of ``n_ops`` ops with the features the memory model must handle.
+
+    Ops read 0..``max_inputs`` earlier tensors (so tensors get several consumers),
+    some write two outputs, some need workspace, some graph inputs are left
+    unread, and a few intermediate tensors are also graph outputs. ``locality``
+    (if given) restricts inputs to tensors written by the last ``locality`` ops,
+    which gives long, narrow graphs.
+    """
+    rng = random.Random(seed)
+    lo, hi = sizes
+    n_in = n_inputs if n_inputs is not None else rng.randint(1, 2)
+    tensors: list[tuple[str, int]] = []
+    inputs = []
+    for i in range(n_in):
+        tensors.append((f"in{i}", rng.randint(lo, hi)))
+        inputs.append(f"in{i}")
+    avail: list[tuple[str, int]] = [(name, -1) for name in inputs]  # (tensor, producing op)
+    ops: list[Op] = []
+    for v in range(n_ops):
+        pool = avail if locality is None else [a for a in avail if a[1] >= v - locality or a[1] < 0]
+        k = rng.randint(1 if v > 0 or pool else 0, max(1, min(max_inputs, len(pool)))) if pool else 0
+        ins = [t for t, _ in rng.sample(pool, k)] if k else []
+        n_out = 2 if rng.random() < multi_output_prob else 1
+        outs = []
+        for j in range(n_out):
+            name = f"t{v}" if j == 0 else f"t{v}_{j}"
+            tensors.append((name, rng.randint(lo, hi)))
+            outs.append(name)
+            avail.append((name, v))
+        ws = rng.randint(lo, hi) if rng.random() < workspace_prob else 0
+        ops.append(Op(f"op{v}", ins, outs, ws))
+    read = {t for op in ops for t in op.inputs}
+    produced = [t for op in ops for t in op.outputs]
+    outputs = [t for t in produced if t not in read]
+    for t in produced:
+        if t in read and rng.random() < extra_output_prob:
+            outputs.append(t)
+    return Graph(tensors, ops, inputs, outputs, name=f"random-{n_ops}-s{seed}")
+
+
+def layered_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 6, width: tuple[int, int] = (2, 6),
+                size_choices: tuple[int, ...] = (1, 2, 4, 8, 16, 32), base_bytes: int = 4096,
+                multi_consumer_prob: float = 0.5) -> Graph:
+    """A layered, DNN-like random DAG (the RESPECT training distribution).
+
+    Ops are placed in layers of ``width`` ops; each reads 1..``max_inputs``
+    tensors from the previous few layers (biased to the previous one), tensor
+    sizes are ``base_bytes`` times a power of two (like feature maps at several
+    resolutions), and many tensors feed several consumers.
+    """
+    rng = random.Random(seed)
+    tensors = [("input", base_bytes * rng.choice(size_choices))]
+    ops: list[Op] = []
+    layers: list[list[str]] = [["input"]]
+    v = 0
+    while v < n_ops:
+        w = min(rng.randint(*width), n_ops - v)
+        layer = []
+        for _ in range(w):
+            cands = [t for depth, lay in enumerate(reversed(layers[-3:])) for t in lay
+                     for _ in range(3 - depth)]
+            k = rng.randint(1, min(max_inputs, len(set(cands))))
+            ins: list[str] = []
+            while len(ins) < k:
+                t = rng.choice(cands)
+                if t not in ins:
+                    ins.append(t)
+            if rng.random() < multi_consumer_prob and len(layers) > 1:
+                t = rng.choice(layers[-1])
+                if t not in ins:
+                    ins.append(t)
+            name = f"t{v}"
+            tensors.append((name, base_bytes * rng.choice(size_choices)))
+            ops.append(Op(f"op{v}", ins, [name]))
+            layer.append(name)
+            v += 1
+        layers.append(layer)
+    read = {t for op in ops for t in op.inputs}
+    outputs = [op.outputs[0] for op in ops if op.outputs[0] not in read]
+    return Graph(tensors, ops, ["input"], outputs, name=f"layered-{n_ops}-s{seed}")
+
+
+# --------------------------------------------------------------------- cells
+_CELL_OPS = ("sep3", "sep5", "avg", "max", "skip", "dil3")
+
+
+def cell_network(n_cells: int = 3, seed: int = 0, *, blocks: int = 5, channels: int = 16,
+                 hw: int = 16, bytes_per_elem: int = 4, reduce_every: int = 3,
+                 name: str | None = None) -> Graph:
+    """A NAS-like network of stacked cells (NASNet/DARTS style), randomly wired.
+
+    Every cell reads the outputs of the two previous cells, pre-processes each
+    with a 1x1 convolution, builds ``blocks`` nodes that each add two operations
+    (separable convolutions as relu-depthwise-pointwise stacks, poolings, skips)
+    applied to earlier states, and concatenates the nodes nobody else read.
+    Every ``reduce_every``-th cell halves the resolution and doubles the channels.
+    """
+    rng = random.Random(seed)
+    tensors: list[tuple[str, int]] = []
+    ops: list[Op] = []
+
+    def tensor(tname: str, c: int, s: int) -> str:
+        tensors.append((tname, c * s * s * bytes_per_elem))
+        return tname
+
+    def op(oname: str, ins: list[str], c: int, s: int, kind: str, ws: int = 0) -> str:
+        out = tensor(oname, c, s)
+        ops.append(Op(oname, ins, [out], ws, {"kind": kind}))
+        return out
+
+    x = tensor("image", 3, hw)
+    stem = op("stem", [x], channels, hw, "conv3x3")
+    prev_prev, prev = stem, stem
+    c, s = channels, hw
+    for k in range(n_cells):
+        reduction = reduce_every > 0 and k > 0 and k % reduce_every == 0
+        in_s = s
+        if reduction:
+            c, s = c * 2, s // 2
+        p = f"c{k}"
+        pre0 = op(f"{p}_pre0", [prev_prev], c, in_s, "conv1x1")
+        pre1 = op(f"{p}_pre1", [prev], c, in_s, "conv1x1")
+        states = [pre0, pre1]
+        state_s = [in_s, in_s]
+        used: set[int] = set()
+        for b in range(blocks):
+            branch_outs = []
+            for j in range(2):
+                src = rng.randrange(len(states))
+                used.add(src)
+                kind = rng.choice(_CELL_OPS)
+                o_s = s  # every node of a cell is at the cell's output resolution
+                base = f"{p}_b{b}_{j}"
+                if kind in ("sep3", "sep5", "dil3"):
+                    t = states[src]
+                    t_s = state_s[src]
+                    for r in range(2 if kind != "dil3" else 1):
+                        t = op(f"{base}_relu{r}", [t], c, t_s, "relu")
+                        t = op(f"{base}_dw{r}", [t], c, o_s, "dwconv", ws=c * (o_s + 2) ** 2 * bytes_per_elem
+                               if rng.random() < 0.3 else 0)
+                        t = op(f"{base}_pw{r}", [t], c, o_s, "conv1x1")
+                        t_s = o_s
+                    branch_outs.append(t)
+                elif kind in ("avg", "max"):
+                    branch_outs.append(op(f"{base}_{kind}", [states[src]], c, o_s, f"{kind}_pool"))
+                else:  # skip: identity unless it must downsample
+                    if state_s[src] != o_s:
+                        branch_outs.append(op(f"{base}_fr", [states[src]], c, o_s, "factorized_reduce"))
+                    else:
+                        branch_outs.append(states[src])
+            node = op(f"{p}_n{b}", branch_outs, c, s, "add")
+            states.append(node)
+            state_s.append(s)
+        loose = [states[i] for i in range(2, len(states)) if i not in used]
+        out = op(f"{p}_concat", loose, c * len(loose), s, "concat")
+        prev_prev, prev = prev, op(f"{p}_out", [out], c, s, "conv1x1")
+    head = op("head", [prev], 10, 1, "pool_fc")
+    return Graph(tensors, ops, [x], [head], name=name or f"cells-{n_cells}x{blocks}-s{seed}")
+
+
+def example_graph() -> Graph:
+    """The built-in example: two randomly wired NAS-like cells on a 32x32 input (~60 ops)."""
+    return cell_network(2, seed=7, blocks=5, channels=16, hw=32, reduce_every=0, name="example-nas-cells")
