@@ -170,3 +170,55 @@ def brute_force_optimum(g: Graph) -> int:
     if n == 0:
         return resident_after(0)
     return best(0)
+
+
+def chainify(g: Graph, seed: int, prob: float = 0.5, max_len: int = 4) -> Graph:
+    """Replace some ops by chains of 1..max_len ops with random sizes and workspaces.
+
+    The chain's first op reads the original inputs and its last op writes the
+    original outputs, so the result has many fusable and non-fusable chains.
+    """
+    import random
+
+    rng = random.Random(seed)
+    tensors = list((t.name, t.bytes) for t in g.tensors)
+    ops = []
+    for op in g.ops:
+        if not op.outputs or rng.random() > prob:
+            ops.append(op)
+            continue
+        k = rng.randint(2, max_len)
+        prev = list(op.inputs)
+        for j in range(k - 1):
+            name = f"{op.name}_c{j}"
+            tensors.append((name, rng.choice([1, 4, 8, 16, 16, 32])))
+            ops.append(Op(f"{op.name}_s{j}", prev, [name], rng.choice([0, 0, 0, 3, 12])))
+            prev = [name]
+        ops.append(Op(op.name, prev, list(op.outputs), op.workspace_bytes))
+    return Graph(tensors, ops, g.inputs, g.outputs, name=g.name + "-chains")
+
+
+def stacked_blocks(n_blocks: int, seed: int, block_ops: int = 5) -> Graph:
+    """Random DAG blocks joined in series through single ops (hourglass graphs with cut points)."""
+    import random
+
+    rng = random.Random(seed)
+    tensors = [("in", rng.randint(1, 32))]
+    ops = []
+    head = "in"
+    for b in range(n_blocks):
+        avail = [head]
+        for v in range(block_ops):
+            k = rng.randint(1, min(3, len(avail)))
+            ins = rng.sample(avail, k)
+            name = f"b{b}_t{v}"
+            tensors.append((name, rng.randint(1, 32)))
+            ops.append(Op(f"b{b}_op{v}", ins, [name], rng.choice([0, 0, 5])))
+            avail.append(name)
+        read = {t for op in ops for t in op.inputs}
+        loose = [t for t in avail[1:] if t not in read]
+        name = f"b{b}_out"
+        tensors.append((name, rng.randint(1, 32)))
+        ops.append(Op(f"b{b}_join", loose or [avail[-1]], [name]))
+        head = name
+    return Graph(tensors, ops, ["in"], [head], name=f"stacked-{n_blocks}-s{seed}")

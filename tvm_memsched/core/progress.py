@@ -96,15 +96,23 @@ class Progress:
 
 
 class ProgressLog:
-    """A rate-limited message printer: ``ProgressLog()("message")`` (for scheduler ``progress``)."""
+    """A rate-limited message printer: ``ProgressLog()("message")`` (for scheduler ``progress``).
 
-    def __init__(self, prefix: str = "", interval: float = 2.0, stream=None):
+    Quiet for the first ``delay`` seconds, so quick runs print nothing; after that
+    at most one line every ``interval`` seconds.
+    """
+
+    def __init__(self, prefix: str = "", interval: float = 2.0, stream=None, delay: float = 1.0):
         self.prefix, self.interval = prefix, interval
         self.stream = stream if stream is not None else sys.stderr
+        self._created = time.perf_counter()
         self._last = -float("inf")
+        self.delay = delay
 
     def __call__(self, message: str, force: bool = False) -> None:
         now = time.perf_counter()
+        if not force and now - self._created < self.delay:
+            return
         if force or now - self._last >= self.interval:
             self.stream.write(f"{self.prefix}{message}\n")
             self.stream.flush()

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from .graph import Graph
 
-__all__ = ["SimulationResult", "simulate", "peak_bytes", "lifetimes"]
+__all__ = ["SimulationResult", "simulate", "peak_bytes", "peak_of_ids", "footprints", "lifetimes"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def lifetimes(graph: Graph, ids: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _footprints(graph: Graph, ids: Sequence[int]) -> tuple[list[int], list[int]]:
+def footprints(graph: Graph, ids: Sequence[int]) -> tuple[list[int], list[int]]:
     """Stable and transient footprints of a validated order of op ids."""
     size, pinned = graph.size, graph.pinned
     remaining = [len(c) for c in graph.consumers]
@@ -111,13 +111,13 @@ def _footprints(graph: Graph, ids: Sequence[int]) -> tuple[list[int], list[int]]
 def peak_bytes(graph: Graph, order: Sequence) -> int:
     """Peak of an order (op names or ids), validating it. Cheaper than :func:`simulate`."""
     ids = graph.resolve_order(order)
-    stable, transient = _footprints(graph, ids)
+    stable, transient = footprints(graph, ids)
     return max(stable) if stable else transient[0]
 
 
 def peak_of_ids(graph: Graph, ids: Sequence[int]) -> int:
     """Peak of an order of op ids that is already known to be valid (no checks)."""
-    stable, transient = _footprints(graph, ids)
+    stable, transient = footprints(graph, ids)
     return max(stable) if stable else transient[0]
 
 
@@ -128,7 +128,7 @@ def simulate(graph: Graph, order: Sequence) -> SimulationResult:
     permutation of the ops or runs an op before the producer of one of its inputs.
     """
     ids = graph.resolve_order(order)
-    stable, transient = _footprints(graph, ids)
+    stable, transient = footprints(graph, ids)
     spans = lifetimes(graph, ids)
     names = tuple(graph.ops[v].name for v in ids)
     intervals = {graph.tensors[t].name: spans[t] for t in range(graph.num_tensors)}

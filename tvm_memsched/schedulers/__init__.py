@@ -3,7 +3,12 @@
 Importing this package registers every scheduler; :func:`schedule` runs one by name.
 """
 
-from . import baselines  # noqa: F401  (registers program, kahn, rpo)
+# importing registers the schedulers, in the order tables list them
+from . import baselines  # noqa: F401,I001  program, kahn, rpo
+from . import greedy  # noqa: F401
+from . import dp  # noqa: F401
+from . import hmcos  # noqa: F401
+from . import auto  # noqa: F401
 from .base import Deadline, ScheduleResult, make_result
 from .registry import available_methods, get_scheduler, register, schedule
 

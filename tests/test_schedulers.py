@@ -1,0 +1,182 @@
+"""Schedulers: validity, exactness against brute force, fusion / divide-and-conquer optimality."""
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import all_topological_orders, brute_force_optimum, chainify, dags, stacked_blocks
+
+from tvm_memsched.core import cell_network, example_graph, random_dag, rpo_order, simulate
+from tvm_memsched.schedulers import available_methods, schedule
+from tvm_memsched.schedulers.dp import split_points
+from tvm_memsched.schedulers.fusion import chain_segments, chains, fusable
+from tvm_memsched.schedulers.search import Problem, best_first, level_dp
+from tvm_memsched.schedulers.window import improve_windows
+
+FAST_METHODS = [m for m in available_methods() if m not in ("ilp", "learned")]
+
+
+def check_result(g, r):
+    sim = simulate(g, r.order)  # validates the order
+    assert r.peak_bytes == sim.peak
+    assert r.peak_bytes >= r.lower_bound_bytes
+    assert len(r.order) == g.num_ops
+    if r.optimal:
+        assert r.peak_bytes == brute_force_optimum(g) if g.num_ops <= 12 else True
+
+
+@given(dags(max_ops=10))
+def test_every_method_returns_a_valid_order(g):
+    for m in FAST_METHODS:
+        check_result(g, schedule(g, m))
+
+
+@given(dags(max_ops=12))
+def test_dp_and_auto_reach_brute_force_optimum(g):
+    opt = brute_force_optimum(g)
+    for m in ("dp", "auto"):
+        r = schedule(g, m)
+        assert r.peak_bytes == opt and r.optimal, (m, r.peak_bytes, opt)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dp_optimal_on_larger_random_dags(seed):
+    rng = random.Random(seed)
+    g = chainify(random_dag(rng.randint(10, 13), seed=seed, max_inputs=3), seed, prob=0.3, max_len=3)
+    opt = brute_force_optimum(g)
+    for m in ("dp", "auto"):
+        r = schedule(g, m)
+        assert r.peak_bytes == opt and r.optimal
+
+
+def test_brute_force_agrees_with_exhaustive_enumeration():
+    for seed in range(30):
+        g = random_dag(random.Random(seed).randint(1, 7), seed=seed)
+        best = min(simulate(g, o).peak for o in all_topological_orders(g))
+        assert brute_force_optimum(g) == best
+
+
+@given(dags(max_ops=12))
+def test_hmcos_never_worse_than_rpo(g):
+    assert schedule(g, "hmcos").peak_bytes <= schedule(g, "rpo").peak_bytes
+
+
+def test_hmcos_on_cells_builds_groups_and_improves():
+    g = cell_network(4, seed=0)
+    r = schedule(g, "hmcos")
+    assert r.stats["groups"] >= 4 and len(r.stats["iterations"]) >= 2
+    assert r.peak_bytes < r.stats["rpo_peak"]
+    check_result(g, r)
+
+
+@given(dags(max_ops=10), st.integers(0, 10_000))
+def test_chain_fusion_preserves_optimum(g, seed):
+    g = chainify(g, seed)
+    fused = schedule(g, "dp")
+    unfused = schedule(g, "dp", fuse=False)
+    assert fused.peak_bytes == unfused.peak_bytes
+    assert fused.optimal and unfused.optimal
+
+
+@given(dags(max_ops=10), st.integers(0, 10_000))
+def test_chain_segments_partition_and_satisfy_conditions(g, seed):
+    g = chainify(g, seed)
+    segs = chain_segments(g)
+    assert sorted(v for s in segs for v in s) == list(range(g.num_ops))
+    for s in segs:
+        assert fusable(g, list(s))
+    for c in chains(g):
+        for u, v in zip(c, c[1:]):
+            assert g.succs[u] == (v,) and g.preds[v] == (u,)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_divide_and_conquer_equals_full_dp(seed):
+    g = stacked_blocks(random.Random(seed).randint(2, 4), seed, block_ops=4)
+    assert split_points(g)
+    split = schedule(g, "dp")
+    full = schedule(g, "dp", divide=False)
+    assert split.peak_bytes == full.peak_bytes
+    assert split.optimal and full.optimal
+    assert split.stats["parts"] > 1
+    if g.num_ops <= 14:
+        assert split.peak_bytes == brute_force_optimum(g)
+
+
+@given(dags(max_ops=8))
+@settings(max_examples=40)
+def test_split_points_are_forced_in_every_order(g):
+    cuts = split_points(g)
+    orders = list(all_topological_orders(g))[:400]
+    for k in cuts:
+        prefix = set(g.topo[:k])
+        for o in orders:
+            assert set(o[:k]) == prefix
+
+
+@pytest.mark.parametrize("strategy", ["serenity", "adaptive", "best-first"])
+def test_budget_strategies_agree(strategy):
+    for seed in range(20):
+        g = chainify(random_dag(10, seed=seed), seed)
+        r = schedule(g, "dp", strategy=strategy)
+        assert r.optimal and r.peak_bytes == brute_force_optimum(g)
+
+
+def test_level_dp_flags():
+    g = chainify(random_dag(9, seed=4), 4)
+    opt = brute_force_optimum(g)
+    prob = Problem(g)
+    assert level_dp(prob, opt - 1)[0] == "no solution"
+    flag, order, peak, _ = level_dp(prob, opt)
+    assert flag == "solution" and peak == opt and simulate(g, [g.ops[v].name for v in order]).peak == opt
+    assert level_dp(prob, 10 ** 9, step_limit=1)[0] == "timeout"
+
+
+def test_limits_return_best_valid_order_not_proven():
+    g = cell_network(3, seed=1, blocks=6)
+    r = schedule(g, "dp", state_limit=10, divide=False)
+    check_result(g, r)
+    assert r.peak_bytes <= schedule(g, "program").peak_bytes
+    assert not r.optimal or r.peak_bytes == r.stats["proven_lower_bound"]
+    res = best_first(Problem(g), state_limit=1)
+    assert res.status == "state-limit" and not res.proven and res.lower <= res.peak
+
+
+def test_time_limit_is_respected():
+    import time
+
+    g = random_dag(300, seed=1, max_inputs=4)
+    t = time.perf_counter()
+    r = schedule(g, "auto", time_limit=1.0)
+    assert time.perf_counter() - t < 10
+    check_result(g, r)
+    assert r.peak_bytes <= schedule(g, "program").peak_bytes
+
+
+@given(dags(max_ops=12))
+def test_auto_never_worse_than_program(g):
+    assert schedule(g, "auto", time_limit=2).peak_bytes <= schedule(g, "program").peak_bytes
+
+
+def test_window_improvement_keeps_order_valid_and_never_worse():
+    for seed in range(5):
+        g = cell_network(2, seed=seed)
+        order = rpo_order(g)
+        new = improve_windows(g, order, time_limit=5, width=12)
+        assert sorted(new) == sorted(order)
+        assert simulate(g, new).peak <= simulate(g, order).peak
+
+
+def test_example_graph_numbers():
+    g = example_graph()
+    r = schedule(g, "auto")
+    assert r.optimal
+    assert r.peak_bytes == schedule(g, "dp").peak_bytes < schedule(g, "program").peak_bytes
+
+
+def test_unknown_method():
+    from tvm_memsched.core import MemschedError
+
+    with pytest.raises(MemschedError, match="unknown scheduling method 'nope'"):
+        schedule(example_graph(), "nope")
