@@ -115,3 +115,13 @@ def test_demo_runs_without_terminal():
     p = run("demo", "--methods", "program", "rpo")
     assert p.returncode == 0, p.stderr
     assert "program" in p.stdout and "lower bound" in p.stdout
+
+
+def test_compare_refuses_graph_json_and_corrupt_tflite(tmp_path, graph_file):
+    assert_clean_error(run("compare", str(graph_file)), "graph JSON", "tvm-memsched schedule")
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"\x00" * 64)
+    assert_clean_error(run("compare", str(bad)), "not a TFLite flatbuffer")
+    trunc = tmp_path / "trunc.tflite"
+    trunc.write_bytes(b"\x1c\x00\x00\x00TFL3" + b"\x00" * 8)
+    assert_clean_error(run("compare", str(trunc)), "trunc.tflite")

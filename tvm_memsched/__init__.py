@@ -12,7 +12,7 @@ from .core import Graph, MemschedError, Op, Tensor, lower_bound, simulate  # noq
 
 _LAZY = {
     "schedule": ("tvm_memsched.schedulers", "schedule"),
-    "transform": ("tvm_memsched.relax.transform", None),
+    "transform": ("tvm_memsched.transform", None),
     "pipeline": ("tvm_memsched.relax.pipeline", "pipeline"),
     "build": ("tvm_memsched.relax.pipeline", "build"),
     "compare": ("tvm_memsched.relax.compare", "compare"),

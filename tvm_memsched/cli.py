@@ -112,6 +112,23 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """TVM's default pipeline vs ours on one model."""
+    from .relax.compare import compare
+    from .relax.frontend import load_relax_model
+
+    mod, name = load_relax_model(args.model)
+    c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
+                progress=_progress(args), run=not args.no_run)
+    print(c.summary())
+    if args.json:
+        _write_json(args.json, c.to_dict())
+    if not c.numerics_ok:
+        print("tvm-memsched: error: outputs differ from TVM's default build", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Schedule the built-in example graph with every method and print the table."""
     from .core.generators import example_graph
@@ -160,6 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("graph", metavar="GRAPH.json")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
+
+    s = sub.add_parser("compare", help="TVM's default pipeline vs tvm_memsched on a model")
+    s.add_argument("model", metavar="MODEL", help="a .tflite file or zoo:NAME")
+    s.add_argument("--method", default="auto", choices=available_methods())
+    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
+    s.add_argument("--target", default="llvm", help="TVM target kind (default llvm)")
+    s.add_argument("--json", metavar="OUT.json", help="also write the comparison as JSON")
+    s.add_argument("--no-run", action="store_true", help="skip the numerical check")
+    s.add_argument("--quiet", "-q", action="store_true")
+    s.set_defaults(fn=cmd_compare)
 
     s = sub.add_parser("demo", help="schedule the built-in example graph with every method")
     s.add_argument("--methods", nargs="*", choices=available_methods())

@@ -57,12 +57,15 @@ def schedule(graph: Graph, method: str = "auto", *, time_limit: float | None = N
     """Schedule ``graph`` with ``method`` and verify the result by re-simulating it.
 
     ``time_limit`` (seconds) bounds exact searches; when it is hit the best valid
-    order found so far is returned with ``optimal=False``.
+    order found so far is returned with ``optimal=False``. ``None`` means the
+    scheduler's own default (``auto``: a few seconds; ``dp``: no limit).
     """
     if time_limit is not None and not time_limit > 0:
         raise MemschedError(f"time limit must be a positive number of seconds, got {time_limit}")
     info = get_scheduler(method)
-    result = info.fn(graph, time_limit=time_limit, progress=progress, **options)
+    if time_limit is not None:
+        options["time_limit"] = time_limit
+    result = info.fn(graph, progress=progress, **options)
     simulated = peak_bytes(graph, result.order)  # validates the order too
     if simulated != result.peak_bytes:
         raise AssertionError(f"{method} reported peak {result.peak_bytes} but the order simulates "

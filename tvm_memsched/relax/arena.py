@@ -1,0 +1,330 @@
+"""One-arena static memory planning for Relax functions (replaces StaticPlanBlockMemory).
+
+Runs where TVM runs ``StaticPlanBlockMemory``: after ``CallTIRRewrite``, when
+every kernel output is an ``R.builtin.alloc_tensor``. For each function:
+
+1. every static ``R.builtin.alloc_tensor`` is a buffer; its lifetime runs from
+   its allocation to the last use of anything that aliases it (plain var
+   aliases, ``R.reshape`` and other views, ``R.memory.view``,
+   ``ensure_zero_offset``, tuples and get-items, match-casts, and, to be safe,
+   the tensor results of unknown calls that take it as an argument);
+2. buffers that reach the function's result are left unplanned, as TVM does
+   (the caller owns them);
+3. the branches of ``If`` nodes are planned on their own; their arenas share one
+   region that is live only while the ``If`` runs;
+4. :func:`tvm_memsched.core.arena.plan_arena` packs the buffers of each storage
+   scope into one arena with ``alignment``-byte offsets;
+5. each allocation becomes ``R.memory.alloc_tensor(arena, offset, ...)`` followed
+   by ``R.memory.ensure_zero_offset`` when the offset is not zero (generated
+   kernels require ``byte_offset == 0``; with a 64-byte aligned offset this is a
+   zero-copy re-base on CPU), and one ``R.memory.alloc_storage`` per scope is
+   added at the top of the function.
+
+Functions that cannot be planned statically (dynamic shapes) are left to TVM's
+``StaticPlanBlockMemory``, and the report says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+
+import tvm
+from tvm import relax
+
+from ..core.arena import Buffer, plan_arena
+from ..core.errors import UnsupportedError
+from .ir import VIEW_OPS, is_op, shape_values, tensor_bytes
+
+__all__ = ["FunctionPlan", "plan_function", "plan_module", "collect_plans", "plannable_live_peak"]
+
+log = logging.getLogger("tvm_memsched")
+
+_BUILTIN_ALLOC = "relax.builtin.alloc_tensor"
+
+
+@dataclass
+class FunctionPlan:
+    """The outcome of planning one function."""
+
+    function: str
+    status: str                                   # "planned", "no allocations", "fallback: <reason>"
+    arena_bytes: dict = field(default_factory=dict)     # scope -> arena size
+    lower_bound_bytes: dict = field(default_factory=dict)  # scope -> live peak (aligned)
+    buffers: int = 0
+    unplanned_outputs: int = 0
+    method: str = ""
+    optimal: bool = False
+    layout: list = field(default_factory=list)    # (name, scope, offset, size, start, end)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.arena_bytes.values())
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("layout")
+        d["total_bytes"] = self.total_bytes
+        return d
+
+
+def _vars_in(expr) -> list:
+    return [v for v in relax.analysis.free_vars(expr) if isinstance(v, relax.Var)]
+
+
+class _Seq:
+    """Planning state of one SeqExpr (a function body or an If branch)."""
+
+    def __init__(self, seq, step0: int, parent: "_Seq | None" = None):
+        self.seq = seq
+        self.parent = parent
+        self.owners: dict = {}         # alloc var -> (binding, scope, device index, size, start)
+        self.aliases: dict = {}        # var -> set of alloc vars it may point into
+        self.last_use: dict = {}       # alloc var -> last step any alias is used
+        self.subplans: dict = {}       # If binding var -> (list of branch _Seq, step)
+        self.escaping: set = set()     # alloc vars reaching the SeqExpr's result
+        self.step0 = step0
+        self.steps = 0
+
+    def alias_of(self, var) -> set:
+        """Alloc vars ``var`` may point into (looking through enclosing scopes)."""
+        s = self
+        while s is not None:
+            if var in s.aliases:
+                return s.aliases[var]
+            s = s.parent
+        return set()
+
+
+def _analyze(seq, step0: int, parent: _Seq | None = None) -> _Seq:
+    st = _Seq(seq, step0, parent)
+    step = step0
+    for block in seq.blocks:
+        for b in block.bindings:
+            var, value = b.var, b.value
+            used = _vars_in(value)
+            for u in used:
+                for o in st.alias_of(u):
+                    st.last_use[o] = step
+            if is_op(value, _BUILTIN_ALLOC):
+                shape = shape_values(value.args[0])
+                if shape is None:
+                    raise UnsupportedError(f"allocation '{var.name}' has a dynamic shape")
+                dtype = str(value.args[1].value) if hasattr(value.args[1], "value") else str(value.args[1])
+                dev = int(value.args[2]) if isinstance(value.args[2], (int, tvm.tirx.IntImm)) else 0
+                scope = str(value.args[3].value) if len(value.args) > 3 else "global"
+                size = tensor_bytes(relax.TensorType(shape, dtype), f"allocation '{var.name}'")
+                st.owners[var] = (b, scope, dev, size, step)
+                st.aliases[var] = {var}
+                st.last_use[var] = step
+            elif isinstance(value, relax.If):
+                branches = [_analyze(value.true_branch, step, st), _analyze(value.false_branch, step, st)]
+                st.subplans[var] = (branches, step)
+                # the result may alias outer buffers (passed through) or branch ones (escaping, unplanned)
+                result = set()
+                for br in branches:
+                    for u in _vars_in(br.seq.body):
+                        result |= br.alias_of(u)
+                if result:
+                    st.aliases[var] = result
+            else:
+                alias = set()
+                is_alias = (isinstance(value, (relax.Var, relax.Tuple, relax.TupleGetItem))
+                            or isinstance(b, relax.MatchCast)
+                            or (isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op)
+                                and value.op.name in VIEW_OPS))
+                returns_tensor = isinstance(getattr(var, "ty", None), (relax.TensorType, relax.TupleType))
+                if is_alias or (isinstance(value, tvm.ir.Call) and returns_tensor):
+                    # views alias their input; unknown tensor-returning calls might too (be safe)
+                    for u in used:
+                        alias |= st.alias_of(u)
+                if alias:
+                    st.aliases[var] = alias
+            step += 1
+    for u in _vars_in(seq.body):
+        for o in st.alias_of(u):
+            st.escaping.add(o)
+            st.last_use[o] = step
+    st.steps = step - step0
+    return st
+
+
+def _collect_buffers(st: _Seq, alignment: int):
+    """Buffers of this SeqExpr per scope, with If regions as virtual buffers.
+
+    Returns (buffers by scope, region plans: If var -> [(branch _Seq, {scope: plan})]).
+    """
+    by_scope: dict = {}
+    for var, (b, scope, dev, size, start) in st.owners.items():
+        if var in st.escaping:
+            continue
+        end = max(start, st.last_use.get(var, start))
+        by_scope.setdefault(scope, []).append(Buffer(f"{start}:{var.name}", size, start, end))
+    regions: dict = {}
+    for var, (branches, step) in st.subplans.items():
+        sub = []
+        for br in branches:
+            bufs, inner = _collect_buffers(br, alignment)
+            plans = {scope: plan_arena(bl, alignment) for scope, bl in bufs.items()}
+            sub.append((br, plans, inner))
+        regions[var] = sub
+        scopes = {s for _, plans, _ in sub for s in plans}
+        for scope in scopes:
+            size = max((plans[scope].size for _, plans, _ in sub if scope in plans), default=0)
+            if size:
+                by_scope.setdefault(scope, []).append(Buffer(f"{step}:if:{var.name}", size, step, step))
+    return by_scope, regions
+
+
+def _offsets(st: _Seq, plans: dict, regions: dict, base: dict, out: dict) -> None:
+    """Absolute offset for every planned alloc var (into ``out``), recursively into branches."""
+    for var, (b, scope, dev, size, start) in st.owners.items():
+        if var in st.escaping:
+            continue
+        out[var] = (scope, base.get(scope, 0) + plans[scope].offsets[f"{start}:{var.name}"], dev)
+    for var, sub in regions.items():
+        step = st.subplans[var][1]
+        for br, bplans, inner in sub:
+            bbase = {scope: base.get(scope, 0) + plans[scope].offsets[f"{step}:if:{var.name}"]
+                     for scope in bplans}
+            _offsets(br, bplans, inner, bbase, out)
+
+
+def _rewrite_seq(seq, placed: dict, arenas: dict):
+    blocks = []
+    for block in seq.blocks:
+        new = []
+        for b in block.bindings:
+            var, value = b.var, b.value
+            if var in placed:
+                scope, off, dev = placed[var]
+                shape, dtype = value.args[0], value.args[1]
+                alloc = relax.op.memory.alloc_tensor(arenas[scope], off, shape, dtype, dev)
+                if off == 0:
+                    new.append(relax.VarBinding(var, alloc))
+                else:
+                    raw = relax.Var(var.name + "_raw", var.ty)
+                    new.append(relax.VarBinding(raw, alloc))
+                    new.append(relax.VarBinding(var, relax.op.memory.ensure_zero_offset(raw)))
+                continue
+            if isinstance(value, relax.If):
+                value = relax.If(value.cond, _rewrite_seq(value.true_branch, placed, arenas),
+                                 _rewrite_seq(value.false_branch, placed, arenas), value.span)
+                b = relax.VarBinding(var, value)
+            new.append(b)
+        blocks.append(type(block)(new, block.span) if isinstance(block, relax.DataflowBlock)
+                      else relax.BindingBlock(new, block.span))
+    return relax.SeqExpr(blocks, seq.body, seq.span)
+
+
+def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool = False,
+                  time_limit: float | None = 2.0):
+    """Plan ``func`` into one arena per storage scope. Returns ``(new func, FunctionPlan)``.
+
+    Raises :class:`UnsupportedError` when the function cannot be planned statically.
+    """
+    st = _analyze(func.body, 0)
+    by_scope, regions = _collect_buffers(st, alignment)
+    plans = {scope: plan_arena(bufs, alignment, exact=exact, time_limit=time_limit)
+             for scope, bufs in by_scope.items()}
+    n_buffers = sum(len(v) for v in by_scope.values())
+    if not n_buffers:
+        return func, FunctionPlan(name, "no allocations", unplanned_outputs=len(st.escaping))
+    placed: dict = {}
+    _offsets(st, plans, regions, {}, placed)
+    arenas = {scope: relax.Var(f"arena_{scope.replace('.', '_') or 'global'}", relax.AnyType())
+              for scope in plans if plans[scope].size}
+    body = _rewrite_seq(func.body, placed, arenas)
+    storage = [relax.VarBinding(v, relax.op.memory.alloc_storage(relax.ShapeExpr([plans[s].size]), 0, s, "uint8"))
+               for s, v in arenas.items()]
+    blocks = list(body.blocks)
+    if blocks and not isinstance(blocks[0], relax.DataflowBlock):
+        blocks[0] = relax.BindingBlock(storage + list(blocks[0].bindings), blocks[0].span)
+    else:
+        blocks.insert(0, relax.BindingBlock(storage))
+    new_body = relax.BlockBuilder().normalize(relax.SeqExpr(blocks, body.body, body.span))
+    new_func = relax.Function(func.params, new_body, func.ret_ty, func.is_pure, func.attrs, func.span)
+    layout = []
+    for scope, bufs in by_scope.items():
+        for bf in bufs:
+            layout.append((bf.name, scope, plans[scope].offsets[bf.name], bf.size, bf.start, bf.end))
+    fp = FunctionPlan(name, "planned", {s: p.size for s, p in plans.items()},
+                      {s: p.lower_bound for s, p in plans.items()}, n_buffers, len(st.escaping),
+                      ",".join(sorted({p.method for p in plans.values()})), all(p.optimal for p in plans.values()),
+                      layout)
+    return new_func, fp
+
+
+def plan_module(mod, *, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0):
+    """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
+
+    Returns ``(new module, [FunctionPlan])``.
+    """
+    new_mod = mod.clone()
+    reports = []
+    fallback = False
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        try:
+            new_func, fp = plan_function(func, gv.name_hint, alignment=alignment, exact=exact,
+                                         time_limit=time_limit)
+        except UnsupportedError as e:
+            log.warning("ArenaPlanMemory: %s falls back to StaticPlanBlockMemory: %s", gv.name_hint, e)
+            reports.append(FunctionPlan(gv.name_hint, f"fallback: {e}"))
+            fallback = True
+            continue
+        new_mod[gv] = new_func
+        reports.append(fp)
+    if fallback:
+        new_mod = relax.transform.StaticPlanBlockMemory()(new_mod)
+    return new_mod, reports
+
+
+def collect_plans(mod) -> dict:
+    """Planned storage per function of an already planned module: ``{function: [bytes of each alloc_storage]}``.
+
+    Counts ``R.memory.alloc_storage`` bindings, i.e. what StaticPlanBlockMemory or
+    ArenaPlanMemory planned (outputs are still ``R.builtin.alloc_tensor`` at that point).
+    """
+    out = {}
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        sizes = []
+
+        def visit(seq):
+            for block in seq.blocks:
+                for b in block.bindings:
+                    if is_op(b.value, "relax.memory.alloc_storage"):
+                        vals = shape_values(b.value.args[0])
+                        sizes.append(vals[0] if vals else 0)
+                    elif isinstance(b.value, relax.If):
+                        visit(b.value.true_branch)
+                        visit(b.value.false_branch)
+
+        visit(func.body)
+        out[gv.name_hint] = sizes
+    return out
+
+
+def plannable_live_peak(mod, alignment: int = 1) -> int:
+    """Sum over Relax functions of the live peak of the tensors a planner places.
+
+    ``mod`` must be at the planner's input (after ``CallTIRRewrite``). This is the
+    smallest storage any planner can reach for the given binding order (function
+    outputs and dynamic allocations excluded), used to judge planners.
+    """
+    from ..core.arena import live_peak
+
+    total = 0
+    for _, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        try:
+            st = _analyze(func.body, 0)
+        except UnsupportedError:
+            continue
+        by_scope, _ = _collect_buffers(st, alignment)
+        total += sum(live_peak(bufs, alignment) for bufs in by_scope.values())
+    return total

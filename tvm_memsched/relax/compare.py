@@ -1,0 +1,229 @@
+"""Build a model with TVM's default pipeline and with ours, and compare memory and numerics.
+
+Both builds share the stages before the planner's inputs diverge (dispatch,
+legalization, fusion), then:
+
+* **default**: TVM's order and ``StaticPlanBlockMemory``;
+* **memsched**: ``MemoryAwareReorder`` and ``ArenaPlanMemory``.
+
+Planned bytes are measured from the lowered modules (the ``alloc_storage``
+sizes right after planning; function outputs are not planned by either). The
+live-tensor peak of each order is simulated on the kernel-level graph, with and
+without kernel workspace. Both executables run on the same random inputs.
+
+Example
+-------
+>>> from tvm_memsched.relax.testing import branchy_module
+>>> c = compare(branchy_module(branches=3), method="dp")
+>>> c.numerics_ok, c.memsched_planned_bytes <= c.default_planned_bytes
+(True, True)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..core.errors import MemschedError
+from ..core.simulate import peak_bytes
+from .arena import collect_plans, plannable_live_peak
+from .graph import block_to_graph, used_after_blocks
+from .pipeline import as_target, pipeline, stages
+from .workspace import WorkspaceMeter
+
+__all__ = ["Comparison", "compare", "random_inputs", "block_peaks"]
+
+
+@dataclass
+class Comparison:
+    """Default pipeline vs tvm_memsched on one model (all sizes in bytes)."""
+
+    model: str
+    target: str
+    method: str
+    default_planned_bytes: int
+    memsched_planned_bytes: int
+    default_plannable_peak_bytes: int
+    memsched_plannable_peak_bytes: int
+    default_live_peak_bytes: int
+    memsched_live_peak_bytes: int
+    default_live_peak_with_workspace_bytes: int
+    memsched_live_peak_with_workspace_bytes: int
+    lower_bound_bytes: int
+    workspace_max_bytes: int
+    workspace_total_bytes: int
+    memsched_workspace_max_bytes: int
+    numerics_ok: bool
+    max_abs_diff: float
+    default_compile_seconds: float
+    memsched_compile_seconds: float
+    scheduling_seconds: float
+    optimal: bool
+    functions: list = field(default_factory=list)
+    blocks: list = field(default_factory=list)
+    default_storages: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        """How many times less planned memory than TVM's default (higher is better)."""
+        return self.default_planned_bytes / self.memsched_planned_bytes if self.memsched_planned_bytes else 1.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ratio"] = round(self.ratio, 4)
+        return d
+
+    def summary(self) -> str:
+        mb = lambda n: f"{n / 1e6:.3f} MB"  # noqa: E731
+        lines = [
+            f"model {self.model} on {self.target} (method {self.method})",
+            f"  planned activation memory: TVM default {mb(self.default_planned_bytes)}, "
+            f"tvm_memsched {mb(self.memsched_planned_bytes)}  ({self.ratio:.2f}x less)",
+            f"  live peak of the planned tensors: TVM order {mb(self.default_plannable_peak_bytes)}, "
+            f"our order {mb(self.memsched_plannable_peak_bytes)}",
+            f"  live peak incl. outputs and kernel workspace: TVM order "
+            f"{mb(self.default_live_peak_with_workspace_bytes)}, our order "
+            f"{mb(self.memsched_live_peak_with_workspace_bytes)}; lower bound {mb(self.lower_bound_bytes)}"
+            f"{' (proven optimal order)' if self.optimal else ''}",
+            f"  kernel workspace: largest {mb(self.workspace_max_bytes)} (ours "
+            f"{mb(self.memsched_workspace_max_bytes)}), all kernels {mb(self.workspace_total_bytes)}",
+            f"  numerics: {'identical' if self.max_abs_diff == 0 else 'max abs diff %.3g' % self.max_abs_diff}"
+            f" ({'ok' if self.numerics_ok else 'MISMATCH'})",
+            f"  compile: TVM {self.default_compile_seconds:.2f}s, ours {self.memsched_compile_seconds:.2f}s "
+            f"(scheduling {self.scheduling_seconds:.2f}s)",
+        ]
+        return "\n".join(lines)
+
+
+def random_inputs(func, seed: int = 0) -> list[np.ndarray]:
+    """Random arrays for every parameter of a Relax function (static shapes only)."""
+    from .ir import static_shape
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in func.params:
+        ty = p.ty
+        shape = static_shape(ty)
+        if shape is None:
+            raise MemschedError(f"parameter '{p.name}' has a dynamic shape; pass inputs explicitly")
+        dtype = str(ty.dtype)
+        if dtype.startswith("float"):
+            out.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype == "bool":
+            out.append(rng.integers(0, 2, shape).astype(bool))
+        else:
+            info = np.iinfo(dtype)
+            out.append(rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype))
+    return out
+
+
+def block_peaks(mod, meter) -> tuple[int, int, int]:
+    """Sum over Relax functions of the program-order peak of their blocks: (without, with workspace, graphs)."""
+    total = total_ws = 0
+    graphs = []
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        after = used_after_blocks(func)
+        for k, block in enumerate(func.body.blocks):
+            if not isinstance(block, relax.DataflowBlock):
+                continue
+            try:
+                g_ws = block_to_graph(func, k, workspace=meter, used_after=after[k]).graph
+                g = block_to_graph(func, k, used_after=after[k]).graph
+            except MemschedError:
+                continue
+            total = max(total, peak_bytes(g, [op.name for op in g.ops]))
+            total_ws = max(total_ws, peak_bytes(g_ws, [op.name for op in g_ws.ops]))
+            graphs.append(g_ws)
+    return total, total_ws, graphs
+
+
+def _run(ex, inputs):
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    flat = []
+
+    def walk(o):
+        if hasattr(o, "numpy"):
+            flat.append(o.numpy())
+        else:
+            for x in o:
+                walk(x)
+
+    walk(out)
+    return flat
+
+
+def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
+            seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
+            **options) -> Comparison:
+    """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs)."""
+    target = as_target(target)
+    st = stages(target)
+    names = [p.info.name for p in st["finalize"]]
+    k = names.index("StaticPlanBlockMemory")
+    extra = list(options.pop("extra_passes", ()))
+    ws_mode = options.pop("workspace", "lowered")
+    with target:
+        t0 = time.perf_counter()
+        fused = tvm.transform.Sequential(st["dispatch"] + st["legalize"])(mod)
+        t_common = time.perf_counter() - t0
+        meter = WorkspaceMeter(fused, target, ws_mode)
+        # ---- TVM default
+        t0 = time.perf_counter()
+        d_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1])(fused)
+        d_live, d_live_ws, _ = block_peaks(d_lowered, meter)
+        d_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(d_lowered)
+        d_plannable = plannable_live_peak(d_pre)
+        d_planned_mod = tvm.transform.Sequential(st["finalize"][k:k + 1])(d_pre)
+        d_storages = collect_plans(d_planned_mod)
+        d_final = tvm.transform.Sequential(st["finalize"][k + 1:])(d_planned_mod)
+        d_ex = tvm.compile(d_final, target, relax_pipeline=None)
+        t_default = time.perf_counter() - t0 + t_common
+        # ---- ours (extra passes such as InlinePadding run after FuseTIR, as in pipeline())
+        t0 = time.perf_counter()
+        m_fused = tvm.transform.Sequential(extra)(fused) if extra else fused
+        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if extra else meter
+        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, **options)
+        reorder, arena = p.reorder, p.arena
+        m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
+        m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter)
+        m_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(m_lowered)
+        m_plannable = plannable_live_peak(m_pre)
+        m_planned_mod = arena(m_pre)
+        m_storages = collect_plans(m_planned_mod)
+        m_final = tvm.transform.Sequential(st["finalize"][k + 1:])(m_planned_mod)
+        m_ex = tvm.compile(m_final, target, relax_pipeline=None)
+        t_ours = time.perf_counter() - t0 + t_common
+    ws = [meter(gv) for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    m_ws = [m_meter(gv) for gv, f in m_fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    numerics_ok, diff = True, 0.0
+    if run:
+        inputs = random_inputs(mod["main"], seed) if inputs is None else inputs
+        a, b = _run(d_ex, inputs), _run(m_ex, inputs)
+        numerics_ok = len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, rtol=rtol, atol=atol)
+                                               for x, y in zip(a, b))
+        diff = max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b)
+                    if x.size and x.shape == y.shape), default=0.0)
+    blocks = [r.to_dict() for r in reorder.report]
+    return Comparison(
+        model=name, target=str(target.kind.name), method=method,
+        default_planned_bytes=sum(sum(v) for v in d_storages.values()),
+        memsched_planned_bytes=sum(sum(v) for v in m_storages.values()),
+        default_plannable_peak_bytes=d_plannable, memsched_plannable_peak_bytes=m_plannable,
+        default_live_peak_bytes=d_live, memsched_live_peak_bytes=m_live,
+        default_live_peak_with_workspace_bytes=d_live_ws, memsched_live_peak_with_workspace_bytes=m_live_ws,
+        lower_bound_bytes=max([r.lower_bound for r in reorder.report] or [0]),
+        workspace_max_bytes=max(ws or [0]), workspace_total_bytes=sum(ws),
+        memsched_workspace_max_bytes=max(m_ws or [0]),
+        numerics_ok=numerics_ok, max_abs_diff=diff,
+        default_compile_seconds=round(t_default, 3), memsched_compile_seconds=round(t_ours, 3),
+        scheduling_seconds=round(sum(r.seconds for r in reorder.report), 3),
+        optimal=all(r.optimal for r in reorder.report if not r.status.startswith("skipped")),
+        functions=[f.to_dict() for f in arena.report], blocks=blocks,
+        default_storages={k2: list(v) for k2, v in d_storages.items()})

@@ -1,0 +1,59 @@
+"""Load models for the command line: ``.tflite`` files and ``zoo:NAME``.
+
+``.tflite`` files are imported with ``tvm.relax.frontend.tflite`` (which needs the
+``tflite`` schema package). Graph JSON files carry no operators TVM could
+compile and are refused with a message pointing at ``tvm-memsched schedule``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core.errors import InputFileError, UnsupportedError
+
+__all__ = ["load_relax_model"]
+
+
+def load_relax_model(spec: str):
+    """``(IRModule, name)`` for a model spec: ``path.tflite`` or ``zoo:NAME``."""
+    if spec.startswith("zoo:"):
+        from .. import zoo
+
+        name = spec[4:]
+        return zoo.load(name), name
+    ext = os.path.splitext(spec)[1].lower()
+    if ext == ".json":
+        raise UnsupportedError(f"{spec} is a graph JSON: it has no operators TVM can compile. "
+                               "Give a .tflite file or zoo:NAME, or schedule the graph with "
+                               "'tvm-memsched schedule'")
+    if ext != ".tflite":
+        raise UnsupportedError(f"unsupported model file '{spec}': expected a .tflite file or zoo:NAME")
+    try:
+        with open(spec, "rb") as f:
+            buf = f.read()
+    except OSError as e:
+        raise InputFileError(f"cannot read {spec}: {e.strerror or e}") from None
+    return from_tflite_bytes(buf, spec), os.path.splitext(os.path.basename(spec))[0]
+
+
+def from_tflite_bytes(buf: bytes, what: str = "model"):
+    """Import a .tflite flatbuffer into Relax, with clear errors for corrupt files."""
+    try:
+        import tflite
+    except ImportError:
+        raise UnsupportedError("importing .tflite into TVM needs the 'tflite' package "
+                               "(pip install 'tvm_memsched[tvm]')") from None
+    from tvm.relax.frontend.tflite import from_tflite
+
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
+    try:
+        model = tflite.Model.GetRootAsModel(buf, 0)
+        if model.SubgraphsLength() < 1:
+            raise InputFileError(f"{what} has no subgraph")
+        return from_tflite(model)
+    except InputFileError:
+        raise
+    except Exception as e:  # the flatbuffer reader and the frontend raise assorted errors on bad input
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise InputFileError(f"{what} could not be imported: {msg}") from None

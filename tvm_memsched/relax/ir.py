@@ -1,0 +1,95 @@
+"""Small helpers over TVM Relax IR: byte sizes of types, op names, call classification.
+
+Kept in one place because TVM 0.27's IR API differs from older releases (types
+are ``expr.ty``, ``relax.TensorType``; ``Var.name``; constants are
+``tvm.ir.Constant``).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ..core.errors import UnsupportedError
+
+__all__ = ["dtype_bytes", "static_shape", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
+           "shape_values", "field_types"]
+
+#: ops whose result is a view of (aliases) their tensor input: no new memory
+VIEW_OPS = frozenset({
+    "relax.reshape", "relax.memory.view", "relax.memory.ensure_zero_offset",
+    "relax.flatten", "relax.expand_dims", "relax.squeeze",
+})
+CALL_TIR_OPS = frozenset({"relax.call_tir", "relax.call_tir_with_grad"})
+
+
+def dtype_bytes(dtype) -> int:
+    dt = tvm.DataType(str(dtype))
+    return max(1, dt.bits * dt.lanes // 8) if dt.bits else 0
+
+
+def shape_values(shape) -> list | None:
+    """Integer dims of a ShapeExpr / shape list, or None if any dim is symbolic."""
+    vals = getattr(shape, "values", shape)
+    out = []
+    for v in vals:
+        if isinstance(v, int):
+            out.append(v)
+        elif isinstance(v, tvm.tirx.IntImm):
+            out.append(int(v.value))
+        else:
+            return None
+    return out
+
+
+def static_shape(ty) -> list[int] | None:
+    """Static shape of a TensorType, or None if unknown or symbolic."""
+    shape = getattr(ty, "shape", None)
+    if shape is None:
+        return None
+    return shape_values(shape)
+
+
+def tensor_bytes(ty, what: str = "tensor") -> int:
+    """Bytes of a statically shaped TensorType; UnsupportedError for dynamic shapes."""
+    shape = static_shape(ty)
+    if shape is None:
+        raise UnsupportedError(f"{what} has a dynamic or unknown shape ({ty}); "
+                               "memory planning needs static shapes")
+    n = 1
+    for d in shape:
+        n *= d
+    return n * dtype_bytes(ty.dtype)
+
+
+def field_types(ty) -> list:
+    """The tensor leaves of a (possibly nested) tuple type, in order."""
+    if isinstance(ty, relax.TupleType):
+        out = []
+        for f in ty.fields:
+            out.extend(field_types(f))
+        return out
+    return [ty]
+
+
+def op_name(call) -> str:
+    """'relax.nn.conv2d' for an op call, the PrimFunc/function name for calls to global functions."""
+    op = call.op
+    if isinstance(op, tvm.ir.Op):
+        if op.name in CALL_TIR_OPS or op.name == "relax.call_tir_inplace":
+            gv = call.args[0]
+            return getattr(gv, "name_hint", str(gv))
+        return op.name
+    if isinstance(op, tvm.ir.GlobalVar):
+        return op.name_hint
+    if isinstance(op, relax.ExternFunc):
+        return str(op.global_symbol)
+    return type(op).__name__
+
+
+def is_op(expr, name: str) -> bool:
+    return isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+
+
+def call_tir_op(call) -> bool:
+    return isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name in CALL_TIR_OPS

@@ -1,0 +1,118 @@
+"""TVM's default Relax pipeline with tvm_memsched's passes in it.
+
+:func:`pipeline` returns the pass list of ``relax.get_default_pipeline(target)``
+(library dispatch, legalization and fusion, dataflow lowering, finalization)
+with
+
+* ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
+  re-orders bindings, and reshapes are views by then), and
+* ``ArenaPlanMemory`` in place of ``StaticPlanBlockMemory``.
+
+:func:`build` compiles with it, with the same call pattern as ``tvm.compile``.
+
+Example
+-------
+>>> import tvm
+>>> p = pipeline({"kind": "llvm"}, method="rpo")
+>>> [n for n in p.pass_names() if n in ("FuseTIR", "MemoryAwareReorder", "ArenaPlanMemory")]
+['FuseTIR', 'MemoryAwareReorder', 'ArenaPlanMemory']
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import tvm
+from tvm import relax
+
+from .transform import ArenaPlanMemory, MemoryAwareReorder
+
+__all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
+
+_BACKENDS = {"llvm": "cpu_generic", "c": "cpu_generic", "cuda": "cuda", "rocm": "rocm", "metal": "gpu_generic",
+             "vulkan": "gpu_generic", "opencl": "gpu_generic", "webgpu": "gpu_generic"}
+
+
+def as_target(target) -> tvm.target.Target:
+    """A Target from a Target, a JSON-style dict, or a bare kind name such as ``"llvm"``."""
+    if target is None:
+        target = {"kind": "llvm"}
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, str) and target.isidentifier():
+        target = {"kind": target}
+    return tvm.target.Target(target)
+
+
+def stages(target) -> dict[str, list]:
+    """TVM's default pass lists for ``target``: dispatch, legalize, dataflow_lower, finalize."""
+    target = as_target(target)
+    name = _BACKENDS.get(target.kind.name)
+    if name is None:
+        raise relax_unsupported(target)
+    mod = importlib.import_module(f"tvm.relax.backend.{name}.pipeline")
+    dispatch = mod.library_dispatch_passes(target) if hasattr(mod, "library_dispatch_passes") else []
+    return {"dispatch": list(dispatch), "legalize": list(mod.legalize_passes(target)),
+            "dataflow_lower": list(mod.dataflow_lower_passes(target)), "finalize": list(mod.finalize_passes(target))}
+
+
+def relax_unsupported(target):
+    from ..core.errors import UnsupportedError
+
+    return UnsupportedError(f"no default Relax pipeline for target kind '{target.kind.name}'")
+
+
+@tvm.transform.module_pass(opt_level=0, name="MemschedPipeline")
+class MemschedPipeline:
+    """The default pipeline with our reorder and arena planner (see :func:`pipeline`).
+
+    ``.reorder`` and ``.arena`` are the pass instances (their ``.report`` tells
+    what they did), ``.passes`` the whole list.
+    """
+
+    def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
+                 workspace="lowered", exact_arena=False, extra_passes=(), progress=None, **options):
+        self.target = as_target(target)
+        st = stages(self.target)
+        self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
+                                          target=self.target, progress=progress, **options) if reorder else None
+        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena) if plan else None
+        passes = st["dispatch"] + st["legalize"] + list(extra_passes)
+        for p in st["dataflow_lower"]:
+            passes.append(p)
+            if p.info.name == "RewriteDataflowReshape" and self.reorder is not None:
+                passes.append(self.reorder)
+        if self.reorder is not None and self.reorder not in passes:
+            raise RuntimeError("RewriteDataflowReshape not found in the default pipeline")
+        for p in st["finalize"]:
+            if p.info.name == "StaticPlanBlockMemory" and self.arena is not None:
+                passes.append(self.arena)
+            else:
+                passes.append(p)
+        self.passes = passes
+
+    def pass_names(self) -> list[str]:
+        return [p.info.name for p in self.passes]
+
+    def transform_module(self, mod, ctx):
+        with self.target:
+            return tvm.transform.Sequential(self.passes)(mod)
+
+
+def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
+             reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = False,
+             extra_passes=(), progress=None, **options) -> MemschedPipeline:
+    """TVM's default Relax pipeline for ``target`` with our reorder and arena planner.
+
+    ``extra_passes`` run after FuseTIR (e.g. ``InlinePadding()``); ``reorder=False``
+    or ``plan=False`` keep TVM's order or TVM's planner. Other options go to the
+    scheduler.
+    """
+    return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
+                            extra_passes, progress, **options)
+
+
+def build(mod, target=None, **options):
+    """Compile ``mod`` with :func:`pipeline` (same call pattern as ``tvm.compile``)."""
+    target = as_target(target)
+    return tvm.compile(mod, target, relax_pipeline=pipeline(target, **options))

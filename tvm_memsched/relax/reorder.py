@@ -1,0 +1,118 @@
+"""Memory-aware reordering of the bindings of Relax DataflowBlocks.
+
+:func:`reorder_module` converts every DataflowBlock of every Relax function to a
+graph (:mod:`.graph`), schedules it with a registered scheduler, and rebuilds
+the block with its bindings in the scheduled order, when that lowers the peak.
+Blocks that cannot be modelled (dynamic shapes, impure calls) are left as they
+are, with the reason in the report. ``MemoryAwareReorder`` in
+:mod:`tvm_memsched.transform` is the pass wrapper.
+
+Run it right after import (operator level) or after ``FuseTIR`` (kernel level,
+where each binding is a ``call_tir`` and kernel workspace is known). FuseOps
+re-orders bindings, so a reordering that must reach the memory planner runs
+after FuseTIR, which is where :func:`tvm_memsched.pipeline` puts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+import tvm
+from tvm import relax
+
+from ..core.errors import MemschedError
+from ..core.simulate import peak_bytes
+from ..schedulers import schedule
+from .graph import block_to_graph, reorder_block, used_after_blocks
+from .workspace import WorkspaceMeter
+
+__all__ = ["BlockReport", "reorder_module", "reorder_function"]
+
+log = logging.getLogger("tvm_memsched")
+
+
+@dataclass
+class BlockReport:
+    """What happened to one DataflowBlock."""
+
+    function: str
+    block: int
+    ops: int
+    status: str                 # "reordered", "unchanged" (already best), or "skipped: <reason>"
+    method: str = ""
+    peak_before: int = 0        # live-tensor peak (with workspace) of the incoming order
+    peak_after: int = 0
+    lower_bound: int = 0
+    optimal: bool = False
+    seconds: float = 0.0
+    order: tuple = ()           # binding var names in the new order
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("order")
+        return d
+
+
+def reorder_function(func, name: str, *, method: str = "auto", time_limit: float | None = None,
+                     workspace=None, reports: list | None = None, progress=None, **options):
+    """``func`` with every DataflowBlock reordered (see :func:`reorder_module`)."""
+    reports = reports if reports is not None else []
+    blocks = list(func.body.blocks)
+    after = used_after_blocks(func)
+    changed = False
+    for k, block in enumerate(blocks):
+        if not isinstance(block, relax.DataflowBlock) or len(block.bindings) < 2:
+            continue
+        try:
+            bg = block_to_graph(func, k, workspace=workspace, used_after=after[k], name=f"{name}.block{k}")
+        except MemschedError as e:
+            log.warning("MemoryAwareReorder: %s block %d left as is: %s", name, k, e)
+            reports.append(BlockReport(name, k, len(block.bindings), f"skipped: {e}"))
+            continue
+        g = bg.graph
+        before = peak_bytes(g, [op.name for op in g.ops])
+        t0 = time.perf_counter()
+        res = schedule(g, method, time_limit=time_limit, progress=progress, **options)
+        rep = BlockReport(name, k, g.num_ops, "unchanged", method, before, before, res.lower_bound_bytes,
+                          res.optimal, time.perf_counter() - t0)
+        if res.peak_bytes < before:
+            bindings = bg.bindings_in(res.order)
+            blocks[k] = reorder_block(block, bindings)
+            changed = True
+            rep.status, rep.peak_after = "reordered", res.peak_bytes
+            rep.order = tuple(b.var.name for b in bindings)
+        reports.append(rep)
+    if not changed:
+        return func
+    body = relax.BlockBuilder().normalize(relax.SeqExpr(blocks, func.body.body, func.body.span))
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+
+def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None,
+                   workspace: str | None = "lowered", target=None, progress=None, **options):
+    """Reorder every DataflowBlock of every Relax function of ``mod``.
+
+    ``workspace``: how ``call_tir`` kernels' internal allocations are measured
+    (``"lowered"`` with the TIR pipeline of ``target`` or the current target,
+    ``"tir"``, or None). ``time_limit`` applies to each block. Returns
+    ``(new module, [BlockReport])``.
+    """
+    if target is None:
+        target = tvm.target.Target.current(allow_none=True)
+    elif isinstance(target, (dict, str)):
+        target = tvm.target.Target(target)
+    meter = WorkspaceMeter(mod, target, workspace)
+    reports: list[BlockReport] = []
+    new_mod = mod
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        new_func = reorder_function(func, gv.name_hint, method=method, time_limit=time_limit, workspace=meter,
+                                    reports=reports, progress=progress, **options)
+        if new_func is not func:
+            if new_mod is mod:
+                new_mod = mod.clone()
+            new_mod[gv] = new_func
+    return new_mod, reports

@@ -1,0 +1,102 @@
+"""The tvm_memsched Relax passes (thin wrappers around plain functions).
+
+* :class:`MemoryAwareReorder` reorders DataflowBlock bindings to lower the peak
+  (:func:`tvm_memsched.relax.reorder.reorder_module`);
+* :class:`ArenaPlanMemory` replaces ``relax.transform.StaticPlanBlockMemory``
+  with one offset-planned arena per function and scope
+  (:func:`tvm_memsched.relax.arena.plan_module`).
+
+Options are constructor arguments (pass-config keys cannot be registered from
+Python). After a pass has run, ``pass_instance.report`` holds what it did.
+
+Example
+-------
+>>> import tvm
+>>> from tvm_memsched.transform import MemoryAwareReorder
+>>> seq = tvm.transform.Sequential([MemoryAwareReorder(method="dp", time_limit=5)])
+>>> isinstance(seq, tvm.transform.Pass)
+True
+"""
+
+from __future__ import annotations
+
+import tvm
+
+from .arena import plan_module
+from .inline import inline_padding
+from .reorder import reorder_module
+
+__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "InlinePadding"]
+
+
+@tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")
+class MemoryAwareReorder:
+    """Reorder the bindings of every DataflowBlock with a scheduler from the registry.
+
+    Parameters
+    ----------
+    method : str
+        Scheduler name (``"auto"``, ``"dp"``, ``"hmcos"``, ``"ilp"``, ``"rpo"``, ...).
+    time_limit : float, optional
+        Seconds per block for exact searches (``auto`` defaults to a few seconds).
+    workspace : {"lowered", "tir", None}
+        How kernel-internal allocations of ``call_tir`` bindings are measured.
+    target : Target, optional
+        Target for the ``"lowered"`` workspace measurement (default: the current target).
+    **options
+        Passed to the scheduler.
+    """
+
+    def __init__(self, method: str = "auto", time_limit: float | None = None, workspace: str | None = "lowered",
+                 target=None, progress=None, **options):
+        self.method, self.time_limit, self.workspace = method, time_limit, workspace
+        self.target, self.progress, self.options = target, progress, options
+        self.report = []
+
+    def transform_module(self, mod, ctx):
+        new_mod, self.report = reorder_module(mod, method=self.method, time_limit=self.time_limit,
+                                              workspace=self.workspace, target=self.target,
+                                              progress=self.progress, **self.options)
+        return new_mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="ArenaPlanMemory")
+class ArenaPlanMemory:
+    """Plan every intermediate tensor at a byte offset in one arena per function and scope.
+
+    Parameters
+    ----------
+    alignment : int
+        Offset alignment in bytes (64 keeps ``ensure_zero_offset`` zero-copy on CPU).
+    exact : bool
+        Also run CP-SAT on the placement (needs OR-Tools) when the greedy portfolio
+        does not reach the live-peak lower bound.
+    time_limit : float
+        Seconds for the placement search per function and scope.
+    """
+
+    def __init__(self, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0):
+        self.alignment, self.exact, self.time_limit = alignment, exact, time_limit
+        self.report = []
+
+    def transform_module(self, mod, ctx):
+        new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
+                                           time_limit=self.time_limit)
+        return new_mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="InlinePadding")
+class InlinePadding:
+    """Inline padding / copy stages of kernels into their consumers (run after FuseTIR).
+
+    Removes buffers such as a conv2d's ``pad_temp`` (kernel workspace) at the cost
+    of a bounds test in the convolution's loop. ``report`` maps each changed
+    PrimFunc to the bytes saved.
+    """
+
+    def __init__(self):
+        self.report = {}
+
+    def transform_module(self, mod, ctx):
+        new_mod, self.report = inline_padding(mod)
+        return new_mod

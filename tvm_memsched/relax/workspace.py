@@ -1,0 +1,138 @@
+"""Kernel workspace: memory a TIR PrimFunc allocates internally (e.g. a conv2d's ``pad_temp``).
+
+The graph planner never sees these buffers, but they are resident while the
+kernel runs, so they are the op's ``workspace_bytes`` in our memory model.
+
+Two measurements:
+
+* ``"tir"``: the buffers the PrimFunc allocates as written after legalization /
+  FuseTIR (``SBlock.alloc_buffers``), fast but pessimistic (the TIR pipeline's
+  StorageRewrite later merges some of them);
+* ``"lowered"``: the ``AllocBuffer`` statements left after TVM's default TIR
+  pipeline for the target, which is what actually runs.
+
+Example
+-------
+>>> import tvm
+>>> from tvm.script import tirx as T
+>>> @T.prim_func(s_tir=True)
+... def f(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+...     tmp = T.sblock_alloc_buffer((4,), "float32")
+...     for i in range(4):
+...         with T.sblock("t"):
+...             tmp[i] = a[i] * T.float32(2)
+...     for i in range(4):
+...         with T.sblock("b"):
+...             b[i] = tmp[i]
+>>> internal_allocations(f)[0][1:]
+('global', 16)
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+from tvm.s_tir import SBlock, SBlockRealize
+
+__all__ = ["internal_allocations", "workspace_bytes", "WorkspaceMeter"]
+
+
+def _buffer_bytes(buf) -> int:
+    n = 1
+    for s in buf.shape:
+        if not isinstance(s, (int, tvm.tirx.IntImm)):
+            return 0  # symbolic size: not statically known
+        n *= int(s)
+    dt = tvm.DataType(str(buf.dtype))
+    return n * dt.bits * dt.lanes // 8
+
+
+def _walk(stmt, visit) -> None:
+    stack = [stmt]
+    while stack:
+        s = stack.pop()
+        if s is None:
+            continue
+        visit(s)
+        if isinstance(s, tirx.SeqStmt):
+            stack.extend(reversed(list(s.seq)))
+        elif isinstance(s, SBlockRealize):
+            stack.append(s.block)
+        elif isinstance(s, SBlock):
+            stack.append(s.body)
+            stack.append(s.init)
+        elif isinstance(s, tirx.IfThenElse):
+            stack.append(s.else_case)
+            stack.append(s.then_case)
+        else:
+            body = getattr(s, "body", None)
+            if isinstance(body, tirx.Stmt):
+                stack.append(body)
+
+
+def internal_allocations(prim_func) -> list[tuple[str, str, int]]:
+    """``[(buffer name, scope, bytes)]`` of the buffers allocated inside ``prim_func``."""
+    out = []
+
+    def visit(s):
+        if isinstance(s, SBlock):
+            for b in s.alloc_buffers:
+                out.append((b.name, b.scope(), _buffer_bytes(b)))
+        elif isinstance(s, tirx.AllocBuffer):
+            b = s.buffer
+            out.append((b.name, b.scope(), _buffer_bytes(b)))
+
+    _walk(prim_func.body, visit)
+    return out
+
+
+def workspace_bytes(prim_func, scopes=("global", "")) -> int:
+    """Total bytes of the internal allocations of ``prim_func`` in the given memory scopes."""
+    return sum(n for _, scope, n in internal_allocations(prim_func) if scope in scopes)
+
+
+class WorkspaceMeter:
+    """Measures (and caches) the workspace of the PrimFuncs of a module.
+
+    ``mode="lowered"`` runs TVM's default TIR pipeline for ``target`` on each
+    PrimFunc once; ``mode="tir"`` reads the unlowered buffers; ``mode=None``
+    reports zero.
+    """
+
+    def __init__(self, mod, target=None, mode: str | None = "lowered"):
+        self.mod = mod
+        self.mode = mode if (mode != "lowered" or target is not None) else "tir"
+        self.target = target
+        self.cache: dict[str, int] = {}
+
+    def __call__(self, gv) -> int:
+        name = gv.name_hint if hasattr(gv, "name_hint") else str(gv)
+        if self.mode is None:
+            return 0
+        if name in self.cache:
+            return self.cache[name]
+        func = self.mod[gv]
+        if not isinstance(func, tirx.PrimFunc):
+            self.cache[name] = 0
+            return 0
+        if self.mode == "lowered":
+            try:
+                func = self._lower(name, func)
+            except Exception:  # lowering a lone kernel can fail on exotic functions: fall back
+                pass
+        self.cache[name] = workspace_bytes(func)
+        return self.cache[name]
+
+    def _lower(self, name, func):
+        target = self.target
+        if isinstance(target, dict):
+            target = tvm.target.Target(target)
+        if func.attrs is None or "global_symbol" not in func.attrs:
+            func = func.with_attr("global_symbol", name)
+        mod = tvm.IRModule({name: func})
+        pipeline = tirx.get_default_tir_pipeline(target)
+        if isinstance(pipeline, tuple):
+            pipeline = pipeline[0]
+        with target:
+            lowered = pipeline(tirx.transform.BindTarget(target.with_host(target))(mod))
+        return lowered[name]
