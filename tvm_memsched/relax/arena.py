@@ -56,6 +56,7 @@ class FunctionPlan:
     method: str = ""
     optimal: bool = False
     layout: list = field(default_factory=list)    # (name, scope, offset, size, start, end)
+    workspace: list = field(default_factory=list)  # (call ordinal, kernel name, offset, size) per kernel call
 
     @property
     def total_bytes(self) -> int:
@@ -83,6 +84,7 @@ class _Seq:
         self.last_use: dict = {}       # alloc var -> last step any alias is used
         self.subplans: dict = {}       # If binding var -> (list of branch _Seq, step)
         self.escaping: set = set()     # alloc vars reaching the SeqExpr's result
+        self.kernels: list = []        # (step, ordinal, kernel name, workspace bytes) per kernel call
         self.step0 = step0
         self.steps = 0
 
@@ -96,13 +98,16 @@ class _Seq:
         return set()
 
 
-def _analyze(seq, step0: int, parent: _Seq | None = None) -> _Seq:
+def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None) -> _Seq:
     st = _Seq(seq, step0, parent)
     step = step0
     for block in seq.blocks:
         for b in block.bindings:
             var, value = b.var, b.value
             used = _vars_in(value)
+            if workspace is not None and isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+                size = workspace(value.op)
+                st.kernels.append((step, len(st.kernels), value.op.name_hint, size))
             for u in used:
                 for o in st.alias_of(u):
                     st.last_use[o] = step
@@ -118,7 +123,8 @@ def _analyze(seq, step0: int, parent: _Seq | None = None) -> _Seq:
                 st.aliases[var] = {var}
                 st.last_use[var] = step
             elif isinstance(value, relax.If):
-                branches = [_analyze(value.true_branch, step, st), _analyze(value.false_branch, step, st)]
+                branches = [_analyze(value.true_branch, step, st, workspace),
+                            _analyze(value.false_branch, step, st, workspace)]
                 st.subplans[var] = (branches, step)
                 # the result may alias outer buffers (passed through) or branch ones (escaping, unplanned)
                 result = set()
@@ -160,6 +166,9 @@ def _collect_buffers(st: _Seq, alignment: int):
             continue
         end = max(start, st.last_use.get(var, start))
         by_scope.setdefault(scope, []).append(Buffer(f"{start}:{var.name}", size, start, end))
+    for step, ordinal, kernel, size in st.kernels:
+        if size:
+            by_scope.setdefault("global", []).append(Buffer(f"{step}:ws{ordinal}:{kernel}", size, step, step))
     regions: dict = {}
     for var, (branches, step) in st.subplans.items():
         sub = []
@@ -218,12 +227,18 @@ def _rewrite_seq(seq, placed: dict, arenas: dict):
 
 
 def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool = False,
-                  time_limit: float | None = 2.0):
+                  time_limit: float | None = 2.0, workspace=None):
     """Plan ``func`` into one arena per storage scope. Returns ``(new func, FunctionPlan)``.
+
+    ``workspace``: optional callable GlobalVar -> bytes; each top-level kernel call
+    then also gets its workspace planned in the global arena, live only during
+    the call (``FunctionPlan.workspace`` gives the offsets, in call order). This is
+    for targets whose runtime serves ``TVMBackendAllocWorkspace`` from the arena
+    (the microcontroller export); the VM allocates workspace itself.
 
     Raises :class:`UnsupportedError` when the function cannot be planned statically.
     """
-    st = _analyze(func.body, 0)
+    st = _analyze(func.body, 0, workspace=workspace)
     by_scope, regions = _collect_buffers(st, alignment)
     plans = {scope: plan_arena(bufs, alignment, exact=exact, time_limit=time_limit)
              for scope, bufs in by_scope.items()}
@@ -248,17 +263,20 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
     for scope, bufs in by_scope.items():
         for bf in bufs:
             layout.append((bf.name, scope, plans[scope].offsets[bf.name], bf.size, bf.start, bf.end))
+    ws = [(ordinal, kernel, plans["global"].offsets[f"{step}:ws{ordinal}:{kernel}"] if size else 0, size)
+          for step, ordinal, kernel, size in st.kernels]
     fp = FunctionPlan(name, "planned", {s: p.size for s, p in plans.items()},
                       {s: p.lower_bound for s, p in plans.items()}, n_buffers, len(st.escaping),
                       ",".join(sorted({p.method for p in plans.values()})), all(p.optimal for p in plans.values()),
-                      layout)
+                      layout, ws)
     return new_func, fp
 
 
-def plan_module(mod, *, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0):
+def plan_module(mod, *, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0,
+                workspace=None):
     """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
 
-    Returns ``(new module, [FunctionPlan])``.
+    ``workspace``: see :func:`plan_function`. Returns ``(new module, [FunctionPlan])``.
     """
     new_mod = mod.clone()
     reports = []
@@ -268,7 +286,7 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = False, time_limit: fl
             continue
         try:
             new_func, fp = plan_function(func, gv.name_hint, alignment=alignment, exact=exact,
-                                         time_limit=time_limit)
+                                         time_limit=time_limit, workspace=workspace)
         except UnsupportedError as e:
             log.warning("ArenaPlanMemory: %s falls back to StaticPlanBlockMemory: %s", gv.name_hint, e)
             reports.append(FunctionPlan(gv.name_hint, f"fallback: {e}"))

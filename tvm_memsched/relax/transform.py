@@ -25,6 +25,7 @@ import tvm
 from .arena import plan_module
 from .inline import inline_padding
 from .reorder import reorder_module
+from .workspace import WorkspaceMeter
 
 __all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "InlinePadding"]
 
@@ -73,15 +74,27 @@ class ArenaPlanMemory:
         does not reach the live-peak lower bound.
     time_limit : float
         Seconds for the placement search per function and scope.
+    workspace : {None, "lowered", "tir"}
+        Also plan every kernel call's workspace into the arena (for runtimes that
+        serve ``TVMBackendAllocWorkspace`` from it, like the microcontroller export);
+        ``report[i].workspace`` then holds the offsets. The VM ignores them.
+    target : Target, optional
+        Target for measuring workspace (default: the current target).
     """
 
-    def __init__(self, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0):
+    def __init__(self, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0,
+                 workspace: str | None = None, target=None):
         self.alignment, self.exact, self.time_limit = alignment, exact, time_limit
+        self.workspace, self.target = workspace, target
         self.report = []
 
     def transform_module(self, mod, ctx):
+        meter = None
+        if self.workspace is not None:
+            target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
+            meter = WorkspaceMeter(mod, target, self.workspace)
         new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
-                                           time_limit=self.time_limit)
+                                           time_limit=self.time_limit, workspace=meter)
         return new_mod
 
 
