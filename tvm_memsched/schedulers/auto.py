@@ -5,13 +5,16 @@ Phases, each only while time remains and the peak is not yet proven optimal:
 1. cheap orders (program, Kahn, RPO, memory-greedy); the best is the incumbent,
    so the result is never worse than the program order;
 2. the exact DP with divide and conquer (:mod:`.dp`), which may prove optimality;
-3. HMCOS (:mod:`.hmcos`) for graphs the DP could not finish;
-4. exact re-optimization of windows around the peak (:mod:`.window`);
-5. further registered exact methods that declare themselves useful for the
-   graph (the ILP, the learned scheduler), see :data:`EXTRA_PHASES`.
+3. search-based lower bounds on windows around the peak (:mod:`.lower`), which
+   may prove the incumbent optimal;
+4. HMCOS (:mod:`.hmcos`) for graphs the DP could not finish;
+5. further registered methods that declare themselves useful for the graph
+   (the ILP, the learned scheduler), see :data:`EXTRA_PHASES`;
+6. exact re-optimization of windows around the peak (:mod:`.window`).
 
 The result carries the best proven lower bound (the graph bound, raised by any
-exhaustive search) and ``optimal=True`` only when the peak meets it.
+exhaustive search or window bound) and ``optimal=True`` only when the peak
+meets it.
 
 Example
 -------
@@ -28,11 +31,12 @@ from typing import Callable
 
 from ..core.graph import Graph
 from ..core.orders import kahn_order, program_order, rpo_order
-from ..core.simulate import peak_of_ids
+from ..core.simulate import peak_of_ids, simulate
 from .base import Deadline, ScheduleResult, graph_lower_bound, make_result
 from .dp import schedule_parts
 from .greedy import greedy_order
 from .hmcos import schedule_hmcos
+from .lower import windows_lower_bound
 from .registry import register
 from .window import improve_windows
 
@@ -87,6 +91,18 @@ def schedule_auto(graph: Graph, *, time_limit: float | None = DEFAULT_TIME_LIMIT
         note("dp", order, t0)
         better("dp", order)
     if best_peak > proven and not deadline.expired():
+        t0 = time.perf_counter()
+        rem = deadline.remaining()
+        share = deadline.sub(None if rem is None else rem * 0.3)
+        peak_step = simulate(graph, best_order).peak_step
+        for width in (40, 90):
+            low = windows_lower_bound(graph, best_order, width=width, deadline=share, focus=peak_step)
+            proven = max(proven, low)
+            if proven >= best_peak or share.expired():
+                break
+        phases.append({"phase": "window-bound", "lower_bound": proven,
+                       "seconds": round(time.perf_counter() - t0, 4)})
+    if best_peak > proven and not deadline.expired() and graph.num_ops <= 400:
         t0 = time.perf_counter()
         rem = deadline.remaining()
         hm = schedule_hmcos(graph, time_limit=None if rem is None else rem * 0.4, progress=progress)

@@ -7,8 +7,9 @@ state limit (when a limit is hit, the best order found so far is returned with
 * **Signature DP** (:mod:`.search`): states are executed-op bitsets; per state only
   the lowest-peak partial schedule is kept. Chains are fused into macro steps
   only where that provably keeps the optimum (:mod:`.fusion`).
-* **Budgets.** The hard budget is the peak of the best heuristic order. Three
-  strategies choose the soft budget ``tau``:
+* **Budgets.** The hard budget is the peak of the best heuristic order (the
+  cheap orders, then a beam search over the same states). Three strategies
+  choose the soft budget ``tau``:
 
   - ``"best-first"`` (default): expand states in order of their peak, which is
     the tightest soft budget possible (it only ever expands states below the
@@ -48,7 +49,7 @@ from ..core.errors import UnsupportedError
 from .base import Deadline, ScheduleResult, graph_lower_bound, make_result
 from .greedy import greedy_order
 from .registry import register
-from .search import Problem, best_first, level_dp
+from .search import Problem, beam_search, best_first, level_dp
 
 __all__ = ["schedule_dp", "split_points", "schedule_parts", "heuristic_order"]
 
@@ -142,13 +143,17 @@ def _serenity_search(problem: Problem, hard: int, hard_order: list[int], lower: 
 
 def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fuse: bool = True,
                    strategy: str = "best-first", state_limit: int = 2_000_000, step_limit: int = 200_000,
-                   start_order: list[int] | None = None, progress=None) -> tuple[list[int], int, dict]:
+                   start_order: list[int] | None = None, beam_widths=(8, 32, 128),
+                   progress=None) -> tuple[list[int], int, dict]:
     """Exact search with divide and conquer.
+
+    Each part first gets a beam search (``beam_widths``, up to 30% of the
+    remaining time) for a strong hard budget, then the exact search.
 
     Returns ``(order ids, proven lower bound on the optimum, stats)``; the order is
     optimal when its peak equals the bound.
     """
-    if strategy not in ("best-first", "serenity", "adaptive"):
+    if strategy not in ("best-first", "serenity", "adaptive", "beam-only"):
         raise UnsupportedError(f"unknown dp strategy '{strategy}' (best-first, serenity, adaptive)")
     if start_order is None:
         start_order, _, _ = heuristic_order(graph)
@@ -177,6 +182,20 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
         if deadline.expired():
             statuses.append("skipped-timeout")
             continue
+        if beam_widths:  # a strong hard budget first: beam search on this part
+            share = deadline.sub(None if deadline.remaining() is None else deadline.remaining() * 0.3)
+            for w in beam_widths:
+                if peaks[idx] <= max(part_lb, global_lb) or share.expired():
+                    break
+                b_order, b_peak = beam_search(pr, w, deadline=share)
+                if b_order is not None and b_peak < peaks[idx]:
+                    orders[idx], peaks[idx] = b_order, b_peak
+            if peaks[idx] <= global_lb:
+                statuses.append("beam-good-enough")
+                continue
+        if strategy == "beam-only":
+            statuses.append("beam")
+            continue
         if strategy == "best-first":
             res = best_first(pr, upper=peaks[idx], upper_order=orders[idx], lower=part_lb,
                              good_enough=global_lb, deadline=deadline, state_limit=state_limit,
@@ -203,15 +222,29 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
 @register("dp", "SERENITY dynamic programming (signature DP, soft budgets, divide and conquer)", exact=True)
 def schedule_dp(graph: Graph, *, time_limit: float | None = None, progress=None, strategy: str = "best-first",
                 divide: bool = True, fuse: bool = True, state_limit: int = 2_000_000,
-                step_limit: int = 200_000) -> ScheduleResult:
+                step_limit: int = 200_000, beam_widths=(8, 32, 128)) -> ScheduleResult:
     start = time.perf_counter()
     deadline = Deadline(time_limit)
     h_order, h_peak, h_name = heuristic_order(graph)
     order, proven_lb, stats = schedule_parts(graph, deadline, divide=divide, fuse=fuse, strategy=strategy,
                                              state_limit=state_limit, step_limit=step_limit,
-                                             start_order=h_order, progress=progress)
+                                             start_order=h_order, beam_widths=beam_widths, progress=progress)
     peak = peak_of_ids(graph, order)
     if peak > h_peak:  # cannot happen (parts only improve), but never return worse
         order, peak = h_order, h_peak
     stats.update(heuristic=h_name, heuristic_peak=h_peak, proven_lower_bound=proven_lb)
     return make_result(graph, order, "dp", start, proven=peak <= proven_lb, stats=stats)
+
+
+@register("beam", "beam search over executed-op sets (keeps the best partial schedules per step)")
+def schedule_beam(graph: Graph, *, time_limit: float | None = None, progress=None, width: int = 64,
+                  fuse: bool = True) -> ScheduleResult:
+    """Beam search with divide and conquer; never worse than the cheap orders."""
+    start = time.perf_counter()
+    deadline = Deadline(time_limit)
+    h_order, h_peak, _ = heuristic_order(graph)
+    order, _, stats = schedule_parts(graph, deadline, fuse=fuse, start_order=h_order, beam_widths=(width,),
+                                     strategy="beam-only", progress=progress)
+    if peak_of_ids(graph, order) > h_peak:
+        order = h_order
+    return make_result(graph, order, "beam", start, stats={"width": width, "parts": stats["parts"]})

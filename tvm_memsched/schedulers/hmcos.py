@@ -147,10 +147,23 @@ def build_hierarchy(graph: Graph, *, max_group: int = 64, intrusion: bool = True
         cell_outs = [s for s in reversed(topo) if sg.in_degree(s) >= 2]
     next_gid = 0
 
+    def quotient_acyclic(extra: set[int]) -> bool:
+        """Would the top-level graph stay a DAG with ``extra`` as one more group?"""
+        item = {}
+        for s in sg:
+            gid = h.group_of_seq[s]
+            item[s] = ("g", gid) if gid is not None else ("s", s)
+        for s in extra:
+            item[s] = ("g", "new")
+        q = nx.DiGraph()
+        q.add_nodes_from(set(item.values()))
+        q.add_edges_from((item[a], item[b]) for a, b in sg.edges if item[a] != item[b])
+        return nx.is_directed_acyclic_graph(q)
+
     def make_group(members: set[int]) -> None:
         nonlocal next_gid
-        if len(members) < 2:
-            return
+        if len(members) < 2 or not quotient_acyclic(members):
+            return  # groups run as units: they must not depend on each other in a cycle
         h.groups[next_gid] = sorted(members)
         for s in members:
             h.group_of_seq[s] = next_gid

@@ -39,7 +39,7 @@ from ..core.graph import Graph
 from .base import Deadline
 from .fusion import chain_segments
 
-__all__ = ["Problem", "SearchResult", "best_first", "level_dp", "transient_of"]
+__all__ = ["Problem", "SearchResult", "best_first", "level_dp", "beam_search", "transient_of"]
 
 
 def transient_of(graph: Graph, done: int) -> int:
@@ -99,6 +99,7 @@ class Problem:
                     if j is not None and j != i:
                         succ_sets[i].add(j)
         self.macro_succs = [tuple(sorted(s)) for s in succ_sets]
+        self._check_acyclic()
         self.ready0 = 0
         for i in range(k):
             if self.need[i] & ~start == 0:
@@ -110,6 +111,24 @@ class Problem:
                            for t in graph.op_inputs[v]) for v in range(n)]
         self._dead_out = [sum(graph.size[t] for t in graph.op_outputs[v]
                               if not graph.consumers[t] and not graph.pinned[t]) for v in range(n)]
+
+    def _check_acyclic(self) -> None:
+        """Macros must form a DAG, or no schedule runs them all back to back."""
+        indeg = [0] * len(self.macros)
+        for i in range(len(self.macros)):
+            for j in self.macro_succs[i]:
+                indeg[j] += 1
+        stack = [i for i, d in enumerate(indeg) if d == 0]
+        seen = 0
+        while stack:
+            i = stack.pop()
+            seen += 1
+            for j in self.macro_succs[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    stack.append(j)
+        if seen != len(self.macros):
+            raise ValueError("the macro steps depend on each other in a cycle (internal error)")
 
     @property
     def num_macros(self) -> int:
@@ -245,6 +264,7 @@ def best_first(problem: Problem, *, upper: int | None = None, upper_order: list[
     info: dict[int, tuple] = {start: (0, p.t0, p.ready0, -1, -1)}
     heap = [(0, 0, start)]
     expanded = dives = 0
+    improvements = []  # (expanded, peak) whenever a dive improves the incumbent
     status = None
     run_macro, newly_ready, macros = p.run_macro, p.newly_ready, p.macros
     while status is None:
@@ -282,6 +302,7 @@ def best_first(problem: Problem, *, upper: int | None = None, upper_order: list[
             seq, dpk = p.greedy_completion(done, live, ready, peak)
             if dpk < upper:
                 upper, best = dpk, p.expand_order(_path(info, start, done) + seq)
+                improvements.append((expanded, dpk))
                 continue
         depth = -negdepth
         r = ready
@@ -305,7 +326,7 @@ def best_first(problem: Problem, *, upper: int | None = None, upper_order: list[
     else:  # optimum >= smallest peak left in the queue (all lower states were expanded)
         lower_out = min(upper, max(lower, min(heap)[0] if heap else upper))
     return SearchResult(best, upper, lower_out, lower_out >= upper, status, len(info), expanded,
-                        {"dives": dives})
+                        {"dives": dives, "improvements": improvements})
 
 
 def level_dp(problem: Problem, tau: float, *, step_limit: int | None = None,
@@ -347,3 +368,53 @@ def level_dp(problem: Problem, tau: float, *, step_limit: int | None = None,
         total += len(nxt)
         level = nxt
     return "no solution", None, 0, total
+
+
+def beam_search(problem: Problem, width: int, *, deadline: Deadline | None = None) -> tuple[list[int] | None, int]:
+    """Level-by-level search keeping the ``width`` best partial schedules per level.
+
+    States are deduplicated by executed set (SERENITY's signature) and ranked by
+    (peak so far, live bytes). With unlimited width this is the exact level DP;
+    with a small width it is a fast heuristic that usually finds near-optimal
+    orders on large graphs. Returns ``(order, peak)`` or ``(None, 0)`` on deadline.
+    """
+    deadline = deadline or Deadline(None)
+    p = problem
+    start, target = p.start, p.target
+    if start == target:
+        return [], 0
+    level = {start: (0, p.t0, p.ready0)}
+    parent: dict[int, tuple[int, int]] = {}
+    run_macro, newly_ready = p.run_macro, p.newly_ready
+    steps = 0
+    while target not in level:
+        nxt: dict[int, tuple] = {}
+        for done, (peak, live, ready) in level.items():
+            r = ready
+            while r:
+                low = r & -r
+                i = low.bit_length() - 1
+                r ^= low
+                d2, l2, high = run_macro(done, live, i)
+                p2 = high if high > peak else peak
+                old = nxt.get(d2)
+                if old is None or (p2, l2) < (old[0], old[1]):
+                    nxt[d2] = (p2, l2, newly_ready(d2, ready, i))
+                    parent[d2] = (done, i)
+            steps += 1
+            if steps % 256 == 0 and deadline.expired():
+                return None, 0
+        if not nxt:
+            return None, 0
+        if len(nxt) > width:
+            keep = sorted(nxt.items(), key=lambda kv: (kv[1][0], kv[1][1]))[:width]
+            nxt = dict(keep)
+        level = nxt
+    macros = []
+    d = target
+    while d != start:
+        prev, i = parent[d]
+        macros.append(i)
+        d = prev
+    macros.reverse()
+    return p.expand_order(macros), level[target][0]
