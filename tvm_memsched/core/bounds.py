@@ -13,6 +13,15 @@ subsumes the classic ``inputs + outputs + workspace`` bound of each op.
 input is resident, so the peak is at least their total size (plus, for the
 cheapest possible last op, its workspace and unpinned outputs).
 
+*Cut bound* (:func:`cut_lower_bound`, opt-in because it costs a max-flow per
+op). Just before op ``v`` runs, the executed ops form a set ``S`` closed under
+predecessors that holds ``v``'s ancestors and none of its descendants; the
+resident bytes are the tensors made in ``S`` (or graph inputs) still needed
+outside ``S``. The fewest such bytes over all valid ``S`` is a minimum cut in a
+flow network, and adding ``v``'s outputs and workspace bounds ``v``'s stable
+footprint in every schedule. It sees "either these tensors or the ones they are
+computed from must be resident", which the must-live bound cannot.
+
 Example
 -------
 >>> from tvm_memsched.core.graph import Graph, Op
@@ -31,7 +40,7 @@ import numpy as np
 
 from .graph import Graph
 
-__all__ = ["lower_bound", "lower_bound_details", "LowerBound", "must_live_bounds"]
+__all__ = ["lower_bound", "lower_bound_details", "LowerBound", "must_live_bounds", "cut_lower_bound"]
 
 
 @dataclass(frozen=True)
@@ -111,3 +120,85 @@ def lower_bound_details(graph: Graph) -> LowerBound:
 def lower_bound(graph: Graph) -> int:
     """The best lower bound (bytes) on the peak of any schedule of ``graph``."""
     return lower_bound_details(graph).bytes
+
+
+def cut_lower_bound(graph: Graph, candidates=None, *, max_candidates: int = 16,
+                    time_limit: float | None = None) -> int:
+    """The cut bound (see the module docstring), maximised over candidate ops.
+
+    ``candidates``: op ids to bound (default: the ``max_candidates`` ops with the
+    highest must-live bounds). Stops early at ``time_limit`` seconds; the result is
+    always a valid lower bound (and never below :func:`lower_bound`).
+
+    >>> from tvm_memsched.core import Graph, Op
+    >>> g = Graph([("x", 4), ("a", 8), ("b", 8), ("y", 4)],
+    ...           [Op("A", ["x"], ["a"]), Op("B", ["x"], ["b"]), Op("C", ["a", "b"], ["y"])],
+    ...           inputs=["x"], outputs=["y"])
+    >>> cut_lower_bound(g)
+    20
+    """
+    import time
+
+    import networkx as nx
+
+    base_lb = lower_bound(graph)
+    n = graph.num_ops
+    if n == 0:
+        return base_lb
+    start = time.perf_counter()
+    ml = must_live_bounds(graph)
+    if candidates is None:
+        candidates = [int(v) for v in np.argsort(-ml, kind="stable")[:max_candidates]]
+    inf = float("inf")
+    net = nx.DiGraph()
+    net.add_nodes_from(["s", "t"])
+    net.add_nodes_from(range(n))
+    constant = 0
+    for t in range(graph.num_tensors):
+        size = graph.size[t]
+        if not size:
+            continue
+        p = graph.producer[t]
+        src = "s" if p < 0 else p
+        if graph.pinned[t]:
+            if p < 0:
+                constant += size
+            else:
+                net.add_edge(p, "t", capacity=size)  # resident to the end once made
+            continue
+        cons = graph.consumers[t]
+        if len(cons) == 1:
+            _add_capacity(net, src, cons[0], size)
+        elif cons:
+            node = ("t", t)
+            net.add_edge(src, node, capacity=size)
+            for c in cons:
+                net.add_edge(node, c, capacity=inf)
+    for w in range(n):  # closed under predecessors: w executed => its producers executed
+        for u in graph.preds[w]:
+            net.add_edge(w, u, capacity=inf)
+    best = base_lb
+    for v in candidates:
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+        added = [("s", u) for u in graph.preds[v] if not net.has_edge("s", u)] + [(v, "t")]
+        had_vt = net.has_edge(v, "t")
+        old_vt = net[v]["t"]["capacity"] if had_vt else None
+        for a, b in added:
+            net.add_edge(a, b, capacity=inf)
+        value = nx.minimum_cut_value(net, "s", "t")
+        for a, b in added[:-1]:
+            net.remove_edge(a, b)
+        if had_vt:
+            net[v]["t"]["capacity"] = old_vt
+        else:
+            net.remove_edge(v, "t")
+        best = max(best, int(value) + constant + graph.output_bytes[v] + graph.workspace[v])
+    return best
+
+
+def _add_capacity(net, a, b, cap) -> None:
+    if net.has_edge(a, b):
+        net[a][b]["capacity"] += cap
+    else:
+        net.add_edge(a, b, capacity=cap)

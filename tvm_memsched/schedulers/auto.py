@@ -4,23 +4,27 @@ Phases, each only while time remains and the peak is not yet proven optimal:
 
 1. cheap orders (program, Kahn, RPO, memory-greedy); the best is the incumbent,
    so the result is never worse than the program order;
-2. the exact DP with divide and conquer (:mod:`.dp`), which may prove optimality;
-3. search-based lower bounds on windows around the peak (:mod:`.lower`), which
-   may prove the incumbent optimal;
-4. HMCOS (:mod:`.hmcos`) for graphs the DP could not finish;
-5. further registered methods that declare themselves useful for the graph
-   (the ILP, the learned scheduler), see :data:`EXTRA_PHASES`;
-6. exact re-optimization of windows around the peak (:mod:`.window`).
+2. beam search over executed-op sets (:func:`.search.beam_search`), a strong
+   incumbent on large graphs in a fraction of a second;
+3. the min-cut lower bound at the incumbent's peak ops
+   (:func:`tvm_memsched.core.bounds.cut_lower_bound`), which often proves it;
+4. the exact DP with divide and conquer (:mod:`.dp`), which may prove optimality;
+5. exact optima of relaxed windows around the peak (:mod:`.lower`), more bounds;
+6. the ILP (:mod:`.ilp`) on graphs whose fused ILP is small, where CP-SAT
+   wins on multi-branch topologies;
+7. further registered phases (:data:`EXTRA_PHASES`, e.g. the learned scheduler)
+   and HMCOS on mid-sized graphs;
+8. exact re-optimization of windows around the peak (:mod:`.window`) with the
+   time left.
 
-The result carries the best proven lower bound (the graph bound, raised by any
-exhaustive search or window bound) and ``optimal=True`` only when the peak
-meets it.
+The result carries the best proven lower bound and ``optimal=True`` only when
+the peak meets it. ``progress`` receives one line per phase.
 
 Example
 -------
 >>> from tvm_memsched.core import example_graph
 >>> r = schedule_auto(example_graph(), time_limit=10)
->>> r.optimal, r.stats["winner"] in ("dp", "program", "kahn", "rpo", "greedy")
+>>> r.optimal, r.peak_bytes == r.lower_bound_bytes
 (True, True)
 """
 
@@ -32,12 +36,13 @@ from typing import Callable
 from ..core.graph import Graph
 from ..core.orders import kahn_order, program_order, rpo_order
 from ..core.simulate import peak_of_ids, simulate
-from .base import Deadline, ScheduleResult, graph_lower_bound, make_result
-from .dp import schedule_parts
+from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result
+from .dp import _peak_candidates, schedule_parts
 from .greedy import greedy_order
 from .hmcos import schedule_hmcos
 from .lower import windows_lower_bound
 from .registry import register
+from .search import Problem, beam_search
 from .window import improve_windows
 
 __all__ = ["schedule_auto", "EXTRA_PHASES", "DEFAULT_TIME_LIMIT"]
@@ -48,79 +53,115 @@ DEFAULT_TIME_LIMIT = 5.0
 EXTRA_PHASES: dict[str, Callable] = {}
 
 
-@register("auto", "portfolio: cheap orders, exact DP, HMCOS, peak windows (and ILP/learned when available)",
-          exact=True)
+class _Portfolio:
+    """Incumbent, proven bound and the phase log of one ``auto`` run."""
+
+    def __init__(self, graph: Graph, deadline: Deadline, progress):
+        self.graph, self.deadline, self.progress = graph, deadline, progress
+        self.order, self.peak, self.winner = None, None, None
+        self.lower = graph_lower_bound(graph)
+        self.phases: list[dict] = []
+
+    @property
+    def done(self) -> bool:
+        return (self.peak is not None and self.peak <= self.lower) or self.deadline.expired()
+
+    def share(self, fraction: float) -> Deadline:
+        rem = self.deadline.remaining()
+        return self.deadline.sub(None if rem is None else rem * fraction)
+
+    def offer(self, name: str, order, t0: float, lower: int | None = None) -> None:
+        entry = {"phase": name, "seconds": round(time.perf_counter() - t0, 4)}
+        if order is not None:
+            peak = peak_of_ids(self.graph, order)
+            entry["peak"] = peak
+            if self.peak is None or peak < self.peak:
+                self.order, self.peak, self.winner = list(order), peak, name
+        if lower is not None:
+            self.lower = max(self.lower, lower)
+            entry["lower_bound"] = self.lower
+        self.phases.append(entry)
+        if self.progress:
+            self.progress(f"auto: {name}: best {self.peak}, lower bound {self.lower}")
+
+
+@register("auto", "portfolio: cheap orders, beam, cut bound, exact DP, window bounds, ILP, windows", exact=True)
 def schedule_auto(graph: Graph, *, time_limit: float | None = DEFAULT_TIME_LIMIT, progress=None,
-                  state_limit: int = 2_000_000) -> ScheduleResult:
+                  state_limit: int = 2_000_000, ilp_max_atoms: int = 200) -> ScheduleResult:
     start = time.perf_counter()
-    deadline = Deadline(time_limit)
-    lb = graph_lower_bound(graph)
-    phases = []
-
-    def note(name, order, t0):
-        peak = peak_of_ids(graph, order)
-        phases.append({"phase": name, "peak": peak, "seconds": round(time.perf_counter() - t0, 4)})
-        if progress:
-            progress(f"auto: {name} -> peak {peak} (best {min(p['peak'] for p in phases)}, lower bound {proven})")
-        return peak
-
-    proven = lb
-    best_order, best_peak, winner = None, None, None
+    pf = _Portfolio(graph, Deadline(time_limit), progress)
     for name, fn in (("program", program_order), ("kahn", kahn_order), ("rpo", rpo_order),
                      ("greedy", greedy_order)):
         t0 = time.perf_counter()
-        order = fn(graph)
-        peak = note(name, order, t0)
-        if best_peak is None or peak < best_peak:
-            best_order, best_peak, winner = order, peak, name
-
-    def better(name, order):
-        nonlocal best_order, best_peak, winner
-        if order is None:
-            return
-        peak = peak_of_ids(graph, order)
-        if peak < best_peak:
-            best_order, best_peak, winner = list(order), peak, name
-
-    if best_peak > proven and not deadline.expired():
+        pf.offer(name, fn(graph), t0)
+    if not pf.done and graph.num_ops:
         t0 = time.perf_counter()
-        share = deadline.sub(None if deadline.remaining() is None else deadline.remaining() * 0.5)
-        order, low, dp_stats = schedule_parts(graph, share, start_order=best_order, state_limit=state_limit,
-                                              progress=progress)
-        proven = max(proven, low)
-        note("dp", order, t0)
-        better("dp", order)
-    if best_peak > proven and not deadline.expired():
-        t0 = time.perf_counter()
-        rem = deadline.remaining()
-        share = deadline.sub(None if rem is None else rem * 0.3)
-        peak_step = simulate(graph, best_order).peak_step
-        for width in (40, 90):
-            low = windows_lower_bound(graph, best_order, width=width, deadline=share, focus=peak_step)
-            proven = max(proven, low)
-            if proven >= best_peak or share.expired():
+        share = pf.share(0.15)
+        prob = Problem(graph)
+        for width in (16, 64):
+            order, _ = beam_search(prob, width, deadline=share)
+            if order is None or share.expired():
                 break
-        phases.append({"phase": "window-bound", "lower_bound": proven,
-                       "seconds": round(time.perf_counter() - t0, 4)})
-    if best_peak > proven and not deadline.expired() and graph.num_ops <= 400:
+            pf.offer(f"beam{width}", order, t0)
+    if not pf.done:
         t0 = time.perf_counter()
-        rem = deadline.remaining()
-        hm = schedule_hmcos(graph, time_limit=None if rem is None else rem * 0.4, progress=progress)
-        note("hmcos", list(hm.order_ids), t0)
-        better("hmcos", list(hm.order_ids))
+        low = cut_bound_if_needed(graph, pf.peak, pf.lower, pf.deadline, share=0.1,
+                                  candidates=_peak_candidates(graph, pf.order, k=8))
+        pf.offer("cut-bound", None, t0, low)
+    if not pf.done:
+        t0 = time.perf_counter()
+        order, low, _ = schedule_parts(graph, pf.share(0.6), start_order=pf.order, state_limit=state_limit,
+                                       lower=pf.lower, beam_widths=(128,), progress=progress)
+        pf.offer("dp", order, t0, low)
+    if not pf.done:
+        t0 = time.perf_counter()
+        share = pf.share(0.3)
+        step = simulate(graph, pf.order).peak_step
+        low = pf.lower
+        for width in (40, 90):
+            low = max(low, windows_lower_bound(graph, pf.order, width=width, deadline=share, focus=step))
+            if low >= pf.peak or share.expired():
+                break
+        pf.offer("window-bound", None, t0, low)
+    if not pf.done:
+        _ilp_phase(pf, ilp_max_atoms)
     for name, phase in EXTRA_PHASES.items():
-        if best_peak <= proven or deadline.expired():
+        if pf.done:
             break
         t0 = time.perf_counter()
-        order, low = phase(graph, deadline, best_order, proven, progress)
-        proven = max(proven, low)
-        if order is not None:
-            note(name, order, t0)
-            better(name, order)
-    if best_peak > proven and not deadline.expired():
+        order, low = phase(graph, pf.deadline, pf.order, pf.lower, progress)
+        pf.offer(name, order, t0, low)
+    if not pf.done and graph.num_ops <= 400:
         t0 = time.perf_counter()
-        order = improve_windows(graph, best_order, deadline=deadline, lower=proven, progress=progress)
-        note("window", order, t0)
-        better("window", order)
-    stats = {"phases": phases, "winner": winner, "proven_lower_bound": proven}
-    return make_result(graph, best_order, "auto", start, proven=best_peak <= proven, stats=stats)
+        rem = pf.deadline.remaining()
+        hm = schedule_hmcos(graph, time_limit=None if rem is None else rem * 0.3)
+        pf.offer("hmcos", list(hm.order_ids), t0)
+    if not pf.done:
+        t0 = time.perf_counter()
+        pf.offer("window", improve_windows(graph, pf.order, deadline=pf.deadline, lower=pf.lower,
+                                           progress=progress), t0)
+    stats = {"phases": pf.phases, "winner": pf.winner, "proven_lower_bound": pf.lower}
+    return make_result(graph, pf.order, "auto", start, proven=pf.peak <= pf.lower, stats=stats, lower=pf.lower)
+
+
+def _ilp_phase(pf: _Portfolio, max_atoms: int) -> None:
+    """Run the ILP (if OR-Tools is installed and the fused model is small) from the incumbent."""
+    try:
+        import ortools  # noqa: F401
+    except ImportError:
+        return
+    from ..core.errors import UnsupportedError
+    from .ilp import ilp_atoms, solve_ilp
+
+    t0 = time.perf_counter()
+    atoms = ilp_atoms(pf.graph)
+    if len(atoms) > max_atoms:
+        return
+    rem = pf.deadline.remaining()
+    try:
+        res = solve_ilp(pf.graph, atoms, hint=pf.order, upper=pf.peak,
+                        time_limit=None if rem is None else rem * 0.5)
+    except UnsupportedError:
+        return
+    low = res.peak if res.optimal else (res.bound if res.order is not None else None)
+    pf.offer("ilp", res.order, t0, low)

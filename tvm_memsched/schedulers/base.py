@@ -18,7 +18,7 @@ from ..core.bounds import lower_bound
 from ..core.graph import Graph
 from ..core.simulate import peak_of_ids
 
-__all__ = ["ScheduleResult", "Deadline", "make_result", "graph_lower_bound"]
+__all__ = ["ScheduleResult", "Deadline", "make_result", "graph_lower_bound", "cut_bound_if_needed"]
 
 ProgressFn = Callable[[str], None]
 
@@ -102,19 +102,33 @@ def graph_lower_bound(graph: Graph) -> int:
 
 
 def make_result(graph: Graph, ids: Sequence[int], method: str, start: float, *,
-                proven: bool = False, stats: dict | None = None, peak: int | None = None) -> ScheduleResult:
+                proven: bool = False, stats: dict | None = None, peak: int | None = None,
+                lower: int = 0) -> ScheduleResult:
     """Package an order of op ids as a :class:`ScheduleResult`.
 
     The peak is recomputed from the order (never trusted from the search);
-    ``optimal`` is ``proven`` or "the peak equals the lower bound".
+    ``lower`` is a proven lower bound found by the scheduler (the result reports
+    the best of it and the graph's cheap bound); ``optimal`` is ``proven`` or
+    "the peak equals the lower bound".
     """
     ids = tuple(ids)
     simulated = peak_of_ids(graph, ids)
     if peak is not None and peak != simulated:
         raise AssertionError(f"{method}: search peak {peak} != simulated peak {simulated} (internal error)")
-    lb = graph_lower_bound(graph)
+    lb = max(graph_lower_bound(graph), lower)
     if simulated < lb:
         raise AssertionError(f"{method}: peak {simulated} below the lower bound {lb} (internal error)")
     return ScheduleResult(order=tuple(graph.ops[v].name for v in ids), peak_bytes=simulated,
                           lower_bound_bytes=lb, optimal=bool(proven or simulated == lb), method=method,
                           seconds=time.perf_counter() - start, stats=dict(stats or {}), order_ids=ids)
+
+
+def cut_bound_if_needed(graph: Graph, peak: int, lower: int, deadline: Deadline, share: float = 0.5,
+                        candidates=None) -> int:
+    """Raise ``lower`` with the cut bound when ``peak`` is not yet proven and time remains."""
+    from ..core.bounds import cut_lower_bound
+
+    if peak <= lower or deadline.expired():
+        return lower
+    rem = deadline.remaining()
+    return max(lower, cut_lower_bound(graph, candidates, time_limit=None if rem is None else rem * share))

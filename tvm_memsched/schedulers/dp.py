@@ -46,7 +46,7 @@ from ..core.orders import kahn_order, program_order, rpo_order
 from ..core.simulate import peak_of_ids
 from ..core.bounds import must_live_bounds
 from ..core.errors import UnsupportedError
-from .base import Deadline, ScheduleResult, graph_lower_bound, make_result
+from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result
 from .greedy import greedy_order
 from .registry import register
 from .search import Problem, beam_search, best_first, level_dp
@@ -143,12 +143,13 @@ def _serenity_search(problem: Problem, hard: int, hard_order: list[int], lower: 
 
 def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fuse: bool = True,
                    strategy: str = "best-first", state_limit: int = 2_000_000, step_limit: int = 200_000,
-                   start_order: list[int] | None = None, beam_widths=(8, 32, 128),
+                   start_order: list[int] | None = None, beam_widths=(8, 32, 128), lower: int = 0,
                    progress=None) -> tuple[list[int], int, dict]:
     """Exact search with divide and conquer.
 
     Each part first gets a beam search (``beam_widths``, up to 30% of the
-    remaining time) for a strong hard budget, then the exact search.
+    remaining time) for a strong hard budget, then the exact search. ``lower``
+    is a lower bound already proven for the whole graph (parts stop at it).
 
     Returns ``(order ids, proven lower bound on the optimum, stats)``; the order is
     optimal when its peak equals the bound.
@@ -171,7 +172,7 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
         prefix |= mask
     orders = [o for _, o, _ in parts]
     peaks = [pr.evaluate(o) for pr, o, _ in parts]
-    global_lb = graph_lower_bound(graph)
+    global_lb = max(graph_lower_bound(graph), lower)
     states = expanded = 0
     statuses: list = []
     for idx in sorted(range(len(parts)), key=lambda i: -peaks[i]):
@@ -232,8 +233,27 @@ def schedule_dp(graph: Graph, *, time_limit: float | None = None, progress=None,
     peak = peak_of_ids(graph, order)
     if peak > h_peak:  # cannot happen (parts only improve), but never return worse
         order, peak = h_order, h_peak
+    proven_lb = cut_bound_if_needed(graph, peak, proven_lb, deadline,
+                                    candidates=_peak_candidates(graph, order))
     stats.update(heuristic=h_name, heuristic_peak=h_peak, proven_lower_bound=proven_lb)
-    return make_result(graph, order, "dp", start, proven=peak <= proven_lb, stats=stats)
+    return make_result(graph, order, "dp", start, proven=peak <= proven_lb, stats=stats, lower=proven_lb)
+
+
+def _peak_candidates(graph: Graph, order: list[int], k: int = 16) -> list[int]:
+    """Ops worth a cut bound: the order's peak steps first, then the highest must-live bounds."""
+    from ..core.bounds import must_live_bounds
+    from ..core.simulate import footprints
+
+    stable, _ = footprints(graph, order)
+    top = max(stable) if stable else 0
+    cands = [order[i] for i, s in enumerate(stable) if s == top][:k // 2]
+    ml = must_live_bounds(graph)
+    for v in sorted(range(graph.num_ops), key=lambda v: -ml[v]):
+        if len(cands) >= k:
+            break
+        if v not in cands:
+            cands.append(v)
+    return cands
 
 
 @register("beam", "beam search over executed-op sets (keeps the best partial schedules per step)")
