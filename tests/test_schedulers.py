@@ -180,3 +180,14 @@ def test_unknown_method():
 
     with pytest.raises(MemschedError, match="unknown scheduling method 'nope'"):
         schedule(example_graph(), "nope")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dp_and_auto_optimal_on_20_op_graphs(seed):
+    """Up to ~20 ops with branches, multi-consumer and multi-output tensors and workspace."""
+    g = random_dag(17 + seed, seed=300 + seed, max_inputs=3, locality=4, multi_output_prob=0.2)
+    opt = brute_force_optimum(g)
+    for m in ("dp", "auto"):
+        r = schedule(g, m, time_limit=60)
+        assert r.peak_bytes == opt and r.optimal
+    assert schedule(g, "hmcos").peak_bytes <= schedule(g, "rpo").peak_bytes
