@@ -2,14 +2,15 @@
 """Benchmark the schedulers: peak, seconds and search effort per graph.
 
 Graphs: NAS-like cell networks of growing size, random DAGs of growing size,
-layered DNN-like DAGs, and (when the zoo is installed) the zoo networks. For
-each graph and method it records the peak, whether it is proven optimal, the
-seconds taken and the DP's state counts; an ablation compares the DP budget
+layered DNN-like DAGs, and the zoo networks (NAS cells, RandWire, HRNet's
+multi-branch exchange units). For each graph and method it records the peak,
+whether it is proven optimal, the seconds taken and the DP's state counts; an
+ablation (on graphs up to ``--ablation-max-ops``) compares the DP budget
 strategies (best-first, SERENITY's Algorithm 2, adaptive) and the effect of
 chain fusion and divide-and-conquer.
 
-    python scripts/bench_schedulers.py --out bench/schedulers       # full run
-    python scripts/bench_schedulers.py --quick                      # a minute or so
+    python scripts/bench_schedulers.py --out docs/bench/schedulers     # full run
+    python scripts/bench_schedulers.py --quick                         # a minute or so
 """
 
 from __future__ import annotations
@@ -44,19 +45,25 @@ def graphs(quick: bool, zoo_models: list[str]):
     return out
 
 
+DEFAULT_ZOO = ["swiftnet_like", "nasnet_a_cifar_tiny", "darts_v2_cifar_tiny", "hrnet_tiny",
+               "hrnet_w18_small_v1", "hrnet_w18_small_v2", "randwire_ws_1", "randwire_ws_2", "randwire_ws_3",
+               "darts_v2_cifar", "amoebanet_a_cifar", "nasnet_a_cifar"]
+
+
 def run(args):
     methods = args.methods or [m for m in available_methods() if m != "learned" or args.learned]
     rows = []
-    gs = graphs(args.quick, args.zoo)
+    gs = graphs(args.quick, args.zoo if args.zoo is not None else ([] if args.quick else DEFAULT_ZOO))
     ablation = [("best-first", {}), ("serenity", {"strategy": "serenity"}), ("adaptive", {"strategy": "adaptive"}),
                 ("no-fusion", {"fuse": False}), ("no-divide", {"divide": False})]
-    total = len(gs) * (len(methods) + (len(ablation) if args.ablation else 0))
+    total = sum(len(methods) + (len(ablation) if args.ablation and g.num_ops <= args.ablation_max_ops else 0)
+                for _, g in gs)
     with Progress(total, "runs", label="bench_schedulers") as bar:
         for family, g in gs:
             for m in methods:
                 bar.advance(note=f"{g.name} {m}")
                 rows.append(measure(g, family, m, m, {}, args.time_limit))
-            if args.ablation:
+            if args.ablation and g.num_ops <= args.ablation_max_ops:
                 for label, kw in ablation:
                     bar.advance(note=f"{g.name} dp/{label}")
                     rows.append(measure(g, family, "dp", f"dp/{label}", kw, args.time_limit))
@@ -108,8 +115,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--methods", nargs="*")
-    ap.add_argument("--zoo", nargs="*", default=[], help="zoo models to include")
+    ap.add_argument("--zoo", nargs="*", default=None, help="zoo models to include (default: a standard set)")
     ap.add_argument("--no-ablation", dest="ablation", action="store_false")
+    ap.add_argument("--ablation-max-ops", type=int, default=250)
     ap.add_argument("--learned", action="store_true", help="include the learned scheduler")
     ap.add_argument("--out", default=None, help="directory for results.json and results.md")
     args = ap.parse_args()

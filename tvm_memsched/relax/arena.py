@@ -226,7 +226,7 @@ def _rewrite_seq(seq, placed: dict, arenas: dict):
     return relax.SeqExpr(blocks, seq.body, seq.span)
 
 
-def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool = False,
+def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool = True,
                   time_limit: float | None = 2.0, workspace=None):
     """Plan ``func`` into one arena per storage scope. Returns ``(new func, FunctionPlan)``.
 
@@ -272,7 +272,7 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
     return new_func, fp
 
 
-def plan_module(mod, *, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0,
+def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
                 workspace=None):
     """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
 

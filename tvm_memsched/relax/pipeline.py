@@ -71,7 +71,7 @@ class MemschedPipeline:
     """
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
-                 workspace="lowered", exact_arena=False, extra_passes=(), progress=None, **options):
+                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
@@ -100,7 +100,7 @@ class MemschedPipeline:
 
 
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
-             reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = False,
+             reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our reorder and arena planner.
 
