@@ -17,7 +17,11 @@ __all__ = ["main"]
 
 # ------------------------------------------------------------------ helpers
 def _load_graph_arg(spec: str):
-    """A graph from a JSON file path (other model kinds are added by later subcommands)."""
+    """A graph from a graph JSON file, or ``zoo:NAME`` (a benchmark network's graph)."""
+    if spec.startswith("zoo:"):
+        from . import zoo
+
+        return zoo.graph(spec[4:])
     from .core.io import load_graph
 
     return load_graph(spec)
@@ -129,6 +133,24 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    """The benchmark report on zoo models (TVM default vs tvm_memsched, all schedulers)."""
+    from .report import markdown, run_report, write_report
+
+    rep = run_report(args.models, quick=args.quick, methods=args.methods, time_limit=args.time_limit,
+                     repeats=args.repeats, tvm=not args.no_tvm, tvm_all=args.tvm_all)
+    print(markdown(rep))
+    if args.out:
+        files = write_report(rep, args.out, plots=not args.no_plots)
+        print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
+    bad = [r["model"] for r in rep["models"] if r.get("tvm") and not r["tvm"]["numerics_ok"]]
+    if bad:
+        print(f"tvm-memsched: error: outputs differ from TVM's default build for {', '.join(bad)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Schedule the built-in example graph with every method and print the table."""
     from .core.generators import example_graph
@@ -159,14 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     s = sub.add_parser("simulate", help="peak memory of a given order")
-    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file or zoo:NAME")
     s.add_argument("order", metavar="ORDER.json", help="a JSON list of op names or {\"order\": [...]}")
     s.add_argument("--json", action="store_true", help="print a JSON object (with peak_bytes)")
     s.add_argument("--full", action="store_true", help="with --json: include per-step footprints")
     s.set_defaults(fn=cmd_simulate)
 
     s = sub.add_parser("schedule", help="find a low-peak order")
-    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file or zoo:NAME")
     s.add_argument("--method", default="auto", choices=available_methods())
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
     s.add_argument("--output", "-o", metavar="OUT.json", help="write the result here (default: stdout)")
@@ -174,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_schedule)
 
     s = sub.add_parser("info", help="op/tensor counts, lower bound and baseline peaks")
-    s.add_argument("graph", metavar="GRAPH.json")
+    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file or zoo:NAME")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
 
@@ -187,6 +209,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-run", action="store_true", help="skip the numerical check")
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=cmd_compare)
+
+    s = sub.add_parser("bench", help="benchmark report on zoo models (TVM default vs ours, all schedulers)")
+    s.add_argument("--quick", action="store_true", help="a small subset in a few minutes")
+    s.add_argument("--models", nargs="*", help="zoo model names ('default' = the default model)")
+    s.add_argument("--methods", nargs="*", choices=available_methods())
+    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="per scheduler run (default 10, quick 2)")
+    s.add_argument("--repeats", type=int, default=None, help="timing repeats for quick methods")
+    s.add_argument("--out", metavar="DIR", help="write results.json, results.md and plots here")
+    s.add_argument("--no-tvm", action="store_true", help="schedulers only, no TVM builds")
+    s.add_argument("--tvm-all", action="store_true", help="also build the slow 224x224 NAS networks")
+    s.add_argument("--no-plots", action="store_true")
+    s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("demo", help="schedule the built-in example graph with every method")
     s.add_argument("--methods", nargs="*", choices=available_methods())

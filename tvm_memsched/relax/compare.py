@@ -66,15 +66,22 @@ class Comparison:
     functions: list = field(default_factory=list)
     blocks: list = field(default_factory=list)
     default_storages: dict = field(default_factory=dict)
+    default_profile: list = field(default_factory=list)   # stable bytes per kernel step, TVM's order
+    memsched_profile: list = field(default_factory=list)  # the same for our order
+    layout: list = field(default_factory=list)            # our arena: (name, scope, offset, size, start, end)
 
     @property
     def ratio(self) -> float:
         """How many times less planned memory than TVM's default (higher is better)."""
         return self.default_planned_bytes / self.memsched_planned_bytes if self.memsched_planned_bytes else 1.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self, details: bool = False) -> dict:
+        """Plain JSON fields; ``details`` adds the per-step profiles and the arena layout."""
         d = asdict(self)
         d["ratio"] = round(self.ratio, 4)
+        if not details:
+            for k in ("default_profile", "memsched_profile", "layout"):
+                d.pop(k)
         return d
 
     def summary(self) -> str:
@@ -121,8 +128,8 @@ def random_inputs(func, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def block_peaks(mod, meter) -> tuple[int, int, int]:
-    """Sum over Relax functions of the program-order peak of their blocks: (without, with workspace, graphs)."""
+def block_peaks(mod, meter) -> tuple[int, int, list]:
+    """Largest program-order peak over the Relax functions' blocks: (without, with workspace, graphs)."""
     total = total_ws = 0
     graphs = []
     for gv, func in mod.functions_items():
@@ -177,7 +184,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         # ---- TVM default
         t0 = time.perf_counter()
         d_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1])(fused)
-        d_live, d_live_ws, _ = block_peaks(d_lowered, meter)
+        d_live, d_live_ws, d_graphs = block_peaks(d_lowered, meter)
         d_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(d_lowered)
         d_plannable = plannable_live_peak(d_pre)
         d_planned_mod = tvm.transform.Sequential(st["finalize"][k:k + 1])(d_pre)
@@ -226,4 +233,17 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         scheduling_seconds=round(sum(r.seconds for r in reorder.report), 3),
         optimal=all(r.optimal for r in reorder.report if not r.status.startswith("skipped")),
         functions=[f.to_dict() for f in arena.report], blocks=blocks,
-        default_storages={k2: list(v) for k2, v in d_storages.items()})
+        default_storages={k2: list(v) for k2, v in d_storages.items()},
+        default_profile=_profile(d_graphs), memsched_profile=_profile(m_graphs),
+        layout=[list(x) for f in arena.report for x in f.layout])
+
+
+def _profile(graphs) -> list[int]:
+    """Stable footprints (with workspace) of the largest block, in binding order."""
+    if not graphs:
+        return []
+    from ..core.simulate import footprints
+
+    g = max(graphs, key=lambda g: g.num_ops)
+    stable, _ = footprints(g, list(range(g.num_ops)))
+    return stable
