@@ -44,7 +44,19 @@ from typing import Iterable, Mapping, Sequence
 
 from .errors import GraphError
 
-__all__ = ["Tensor", "Op", "Graph"]
+__all__ = ["Tensor", "Op", "Graph", "bitset"]
+
+
+def bitset(ids: Iterable[int]) -> int:
+    """The ``int`` bitset with the given bit positions set (op or tensor ids).
+
+    >>> bitset([0, 3]), bin(bitset(range(4)))
+    (9, '0b1111')
+    """
+    mask = 0
+    for i in ids:
+        mask |= 1 << i
+    return mask
 
 
 def _check_size(value, what: str) -> int:
@@ -235,7 +247,7 @@ class Graph:
         self.input_ids = tuple(self.tensor_index[n] for n in self.inputs)
         self.output_ids = tuple(self.tensor_index[n] for n in self.outputs)
         self.pinned = [self.is_output[t] or (self.is_input[t] and not consumers[t]) for t in range(nt)]
-        self.consumer_mask = [sum(1 << v for v in c) for c in self.consumers]
+        self.consumer_mask = [bitset(c) for c in self.consumers]
         self.output_bytes = [sum(sizes[t] for t in outs) for outs in op_outputs]
 
         n = len(self.ops)

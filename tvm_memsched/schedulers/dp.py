@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import time
 
-from ..core.graph import Graph
+from ..core.graph import Graph, bitset
 from ..core.orders import kahn_order, program_order, rpo_order
 from ..core.simulate import peak_of_ids
 from ..core.bounds import must_live_bounds
@@ -166,7 +166,7 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
     prefix = 0
     for a, b in zip(bounds, bounds[1:]):
         ids = graph.topo[a:b]
-        mask = sum(1 << v for v in ids)
+        mask = bitset(ids)
         part_lb = int(max(must_live[v] for v in ids)) if ids else 0
         parts.append((Problem(graph, ops=mask, start=prefix, fuse=fuse), _restrict(start_order, mask), part_lb))
         prefix |= mask

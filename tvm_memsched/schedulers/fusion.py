@@ -36,7 +36,7 @@ Example
 
 from __future__ import annotations
 
-from ..core.graph import Graph
+from ..core.graph import Graph, bitset
 
 __all__ = ["chains", "chain_segments", "fusable"]
 
@@ -344,10 +344,7 @@ def _region_order(graph, owner, atoms, region, reads, kept, readers, max_ideals,
     need = max(t0, tn)
     if any(ideal and ideal != full and contribution(ideal) < need for ideal in ideals):
         return None
-    ops_mask = 0
-    for a in members:
-        for v in atoms[a]:
-            ops_mask |= 1 << v
+    ops_mask = bitset(v for a in members for v in atoms[a])
     start = 0
     for a in members:
         for v in atoms[a]:

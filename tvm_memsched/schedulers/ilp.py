@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass
 
 from ..core.errors import MemschedError, UnsupportedError
-from ..core.graph import Graph
+from ..core.graph import Graph, bitset
 from ..core.simulate import footprints, peak_of_ids
 from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result
 from .dp import _peak_candidates, heuristic_order
@@ -111,9 +111,7 @@ def _atom_data(graph: Graph, ops: tuple[int, ...], done_before: int, later: int)
     """Footprint data of an atom; ``later`` = ops that run after the part (for 'kept')."""
     a = _Atom()
     a.ops = ops
-    a.mask = 0
-    for v in ops:
-        a.mask |= 1 << v
+    a.mask = bitset(ops)
     made = [t for v in ops for t in graph.op_outputs[v]]
     made_set = set(made)
     a.reads = sorted({t for v in ops for t in graph.op_inputs[v] if t not in made_set})
@@ -398,12 +396,7 @@ def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None
         if deadline.expired() or part_peaks[k] < max(part_peaks) and solved:
             break
         a, b = bounds[k], bounds[k + 1]
-        prefix = 0
-        for v in order[:a]:
-            prefix |= 1 << v
-        mask = 0
-        for v in order[a:b]:
-            mask |= 1 << v
+        prefix, mask = bitset(order[:a]), bitset(order[a:b])
         p_atoms = ilp_atoms(graph, mask, fuse=fuse)
         try:
             rem = deadline.remaining()

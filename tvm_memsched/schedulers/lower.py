@@ -34,7 +34,7 @@ True
 
 from __future__ import annotations
 
-from ..core.graph import Graph, Op
+from ..core.graph import Graph, Op, bitset
 from .base import Deadline
 from .search import Problem, best_first
 
@@ -46,9 +46,7 @@ def relaxed_subproblem(graph: Graph, ops: list[int], anc: list[int] | None = Non
     """The relaxed problem of ops ``ops`` (see the module docstring) as a Graph."""
     anc = anc if anc is not None else graph.ancestors_masks()
     desc = desc if desc is not None else graph.descendants_masks()
-    mask = 0
-    for v in ops:
-        mask |= 1 << v
+    mask = bitset(ops)
     common_anc = -1
     common_desc = -1
     for v in ops:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from ..core.graph import Graph
+from ..core.graph import Graph, bitset
 from .base import Deadline
 from .fusion import chain_segments
 
@@ -79,7 +79,7 @@ class Problem:
         self.target = start | self.ops
         self.t0 = transient_of(graph, start)
         k = len(self.macros)
-        self.macro_mask = [sum(1 << v for v in m) for m in self.macros]
+        self.macro_mask = [bitset(m) for m in self.macros]
         owner = {}
         for i, m in enumerate(self.macros):
             for v in m:

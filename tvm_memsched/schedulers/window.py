@@ -23,7 +23,7 @@ True
 
 from __future__ import annotations
 
-from ..core.graph import Graph
+from ..core.graph import Graph, bitset
 from ..core.simulate import footprints
 from .base import Deadline
 from .search import Problem, best_first
@@ -63,12 +63,7 @@ def improve_windows(graph: Graph, order: list[int], *, time_limit: float | None 
                 tried.add(key)
                 if deadline.expired():
                     break
-                prefix = 0
-                for v in order[:a]:
-                    prefix |= 1 << v
-                mask = 0
-                for v in order[a:b]:
-                    mask |= 1 << v
+                prefix, mask = bitset(order[:a]), bitset(order[a:b])
                 outside = max([s for i, s in enumerate(stable) if i < a or i >= b], default=0)
                 prob = Problem(graph, ops=mask, start=prefix)
                 res = best_first(prob, upper=peak, upper_order=order[a:b], lower=lower,
