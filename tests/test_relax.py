@@ -14,7 +14,7 @@ import tvm_memsched
 from tvm_memsched.core import simulate
 from tvm_memsched.core.arena import Buffer, check_plan
 from tvm_memsched.relax.arena import collect_plans, plan_module
-from tvm_memsched.relax.compare import compare, random_inputs
+from tvm_memsched.relax.compare import compare, random_inputs, run_vm
 from tvm_memsched.relax.graph import block_to_graph
 from tvm_memsched.relax.pipeline import pipeline, stages
 from tvm_memsched.relax.testing import branchy_module, random_module
@@ -25,18 +25,7 @@ LLVM = tvm.target.Target({"kind": "llvm"})
 
 def run(mod, inputs, pipe=None):
     ex = tvm.compile(mod, LLVM, relax_pipeline=pipe if pipe is not None else relax.get_default_pipeline(LLVM))
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    flat = []
-
-    def walk(o):
-        if hasattr(o, "numpy"):
-            flat.append(o.numpy())
-        else:
-            for x in o:
-                walk(x)
-
-    walk(out)
-    return flat
+    return run_vm(ex, inputs)
 
 
 def assert_same(a, b):

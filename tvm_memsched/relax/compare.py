@@ -35,7 +35,7 @@ from .graph import block_to_graph, used_after_blocks
 from .pipeline import as_target, pipeline, stages
 from .workspace import WorkspaceMeter
 
-__all__ = ["Comparison", "compare", "random_inputs", "block_peaks"]
+__all__ = ["Comparison", "compare", "random_inputs", "block_peaks", "run_vm"]
 
 
 @dataclass
@@ -150,9 +150,10 @@ def block_peaks(mod, meter) -> tuple[int, int, list]:
     return total, total_ws, graphs
 
 
-def _run(ex, inputs):
+def run_vm(ex, inputs, func: str = "main") -> list[np.ndarray]:
+    """Run a compiled Relax executable on the VM; the outputs as a flat list of arrays."""
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    out = vm[func](*[tvm.runtime.tensor(a) for a in inputs])
     flat = []
 
     def walk(o):
@@ -212,7 +213,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     numerics_ok, diff = True, 0.0
     if run:
         inputs = random_inputs(mod["main"], seed) if inputs is None else inputs
-        a, b = _run(d_ex, inputs), _run(m_ex, inputs)
+        a, b = run_vm(d_ex, inputs), run_vm(m_ex, inputs)
         numerics_ok = len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, rtol=rtol, atol=atol)
                                                for x, y in zip(a, b))
         diff = max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b)
