@@ -16,7 +16,9 @@ Finding the smallest arena is NP-hard (dynamic storage allocation), so
   front of the placement order and the greedy is re-run while it improves;
 * optionally (``exact=True`` and OR-Tools installed) CP-SAT with a
   no-overlap-2D constraint, warm-started from the best greedy plan; it proves
-  optimality or returns the best plan within its time limit.
+  optimality or returns the best plan within its budget. It runs single-threaded
+  with a fixed seed and a *deterministic* time budget, so the same buffers always
+  get the same offsets (reproducible builds).
 
 A plan that meets the live peak is optimal and the search stops early.
 
@@ -239,8 +241,9 @@ def _cpsat(items, upper, lower, time_limit, hint):
     m.AddNoOverlap2D(xs, ys)
     m.Minimize(top)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit or 10.0)
-    solver.parameters.num_workers = 2
+    solver.parameters.num_workers = 1          # with a fixed seed and a deterministic budget:
+    solver.parameters.random_seed = 0          # the same input always gives the same plan
+    solver.parameters.max_deterministic_time = float(time_limit or 10.0)
     status = solver.Solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None

@@ -1,0 +1,343 @@
+"""Microcontroller export (tvm_memsched.micro): C generation, host and QEMU Cortex-M runs, bad input."""
+
+import dataclasses
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tvm import relax
+
+from tvm_memsched import micro
+from tvm_memsched.cli import main as cli_main
+from tvm_memsched.core.errors import MemschedError, UnsupportedError
+from tvm_memsched.micro.kernels import workspace_need, workspace_requests
+from tvm_memsched.micro.toolchain import ToolchainError
+from tvm_memsched.relax.testing import branchy_module, random_module
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------ models
+def _w(rng, *shape):
+    return relax.const((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) or 1)).astype("float32"))
+
+
+def nas_cell(channels=8, size=24, branches=4, seed=0):
+    """Parallel 3x3 branches emitted level by level, concat, 1x1, pool (TVM's order is wasteful)."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, c, size, size], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            wide = [bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, _w(rng, 2 * c, c, 3, 3), padding=(1, 1))))
+                    for _ in range(branches)]
+            outs = [bb.emit(relax.op.nn.conv2d(h, _w(rng, c, 2 * c, 1, 1))) for h in wide]
+            cat = bb.emit(relax.op.concat(outs, axis=1))
+            y = bb.emit(relax.op.nn.conv2d(cat, _w(rng, c, branches * c, 1, 1)))
+            y = bb.emit(relax.op.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2)))
+            y = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(y)
+    return bb.finalize()
+
+
+def views_and_aliases():
+    """Reshape views, an output returned twice and an input returned as an output."""
+    rng = np.random.default_rng(1)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 4, 8, 8], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            flat = bb.emit(relax.op.reshape(x, (1, 256)))
+            a = bb.emit(relax.op.nn.relu(x))
+            b = bb.emit(relax.op.nn.conv2d(a, _w(rng, 4, 4, 3, 3), padding=(1, 1)))
+            c = bb.emit(relax.op.add(relax.op.reshape(b, (1, 256)), flat))
+            f = bb.emit(relax.op.reshape(c, (4, 64)))
+            out = bb.emit_output(relax.Tuple([f, f, x, relax.op.sigmoid(flat)]))
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
+def mixed_dtypes():
+    """int8 input, int32 arithmetic, float32, float64 and bool outputs (and fabs, which needs a C lowering)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2, 32], "int8"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.multiply(relax.op.astype(x, "int32"), relax.const(np.int32(3))))
+            y = bb.emit(relax.op.add(y, relax.const(np.arange(32, dtype="int32"))))
+            f = bb.emit(relax.op.multiply(relax.op.astype(y, "float32"), relax.const(np.float32(0.5))))
+            m = bb.emit(relax.op.greater(y, relax.const(np.int32(0))))
+            e = relax.op.exp(relax.op.negative(relax.op.abs(f)))
+            out = bb.emit_output(relax.Tuple([y, e, m, relax.op.sqrt(relax.op.astype(e, "float64"))]))
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
+def no_kernels():
+    """main returns its input and a constant: no kernel, no arena, two copies."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2, 3], "float32"))
+    with bb.function("main", [x]):
+        bb.emit_func_output(relax.Tuple([x, relax.const(np.arange(4, dtype="float32").reshape(2, 2))]))
+    return bb.finalize()
+
+
+def params_as_inputs():
+    mod, weights = random_module(seed=5, n_ops=10, params_as_inputs=True)
+    return mod, weights
+
+
+# ----------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def irregular(tmp_path_factory):
+    """A random irregular network exported for the Cortex-M4F QEMU machine, with TVM's plan for comparison."""
+    return micro.export(random_module(seed=3, n_ops=14), "mps2-an386", str(tmp_path_factory.mktemp("irregular")),
+                        compare_default=True)
+
+
+# ------------------------------------------------------------------- boards
+def test_boards():
+    an386 = micro.get_board("mps2-an386")
+    assert an386.core == "Cortex-M4F" and an386.qemu_machine == "mps2-an386" and an386.sram_bytes == 4 << 20
+    assert micro.get_board("mps2-an385").fpu is None and "-mfloat-abi=soft" in micro.get_board("mps2-an385").cflags()
+    assert micro.get_board("mps2-an500").cpu == "cortex-m7"
+    f746 = micro.get_board("nucleo_f746zg")
+    assert f746.sram_bytes == 320 * 1024 and f746.qemu_machine is None and f746.emulator == "mps2-an500"
+    assert micro.get_board("sparkfun_edge").sram_bytes == 384 * 1024
+    assert micro.get_board("nrf52840dk").sram_bytes == 256 * 1024
+    assert not micro.get_board("rpi_pico").runnable
+    assert micro.get_board("mps2_an386") is an386  # spelling variants
+    table = micro.boards_table()
+    assert all(name in table for name in micro.board_names())
+
+
+def test_unknown_board_lists_known_ones(tmp_path):
+    with pytest.raises(UnsupportedError, match="known boards: mps2-an385, mps2-an386, mps2-an500, .*sparkfun_edge"):
+        micro.get_board("arduino_uno")
+    with pytest.raises(UnsupportedError, match="unknown board 'nope'"):
+        micro.export(branchy_module(branches=2), "nope", str(tmp_path))
+
+
+# --------------------------------------------------------- kernel workspace
+def test_workspace_requests_are_replayed_lifo():
+    src = ("TVM_DLL int32_t __tvm_ffi_m_a(void* self_handle, void* args, int32_t num_args, void* result) {\n"
+           "  p = ((float*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t)1004ULL, 2, 32));\n"
+           "  if (TVMBackendFreeWorkspace(1, dev_id, p) != 0) { return -1; }\n"
+           "  q = ((float*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t)2000ULL, 2, 32));\n"
+           "  r = ((float*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t)12ULL, 2, 32));\n"
+           "  TVMBackendFreeWorkspace(1, dev_id, r); TVMBackendFreeWorkspace(1, dev_id, q);\n  return 0;\n}\n")
+    ev = workspace_requests(src)["m_a"]
+    assert workspace_need(ev, align=8) == 2012 and workspace_need(ev, align=64) == 2060
+    with pytest.raises(UnsupportedError, match="non-constant size"):
+        workspace_requests(src.replace("(uint64_t)12ULL", "(uint64_t)n"))
+
+
+# --------------------------------------------------------------- host mode
+@pytest.mark.parametrize("make", [views_and_aliases, mixed_dtypes, no_kernels, lambda: branchy_module(branches=3),
+                                  lambda: random_module(seed=11, n_ops=16), lambda: random_module(seed=7, n_ops=9)],
+                         ids=["views", "dtypes", "no-kernels", "branchy", "random11", "random7"])
+def test_host_run_matches_tvm(make, tmp_path):
+    exp = micro.export(make(), "mps2-an386", str(tmp_path), measure=False)
+    r = micro.run_host(exp)
+    assert r.ok, r.summary()
+    assert r.warnings == ""  # -Wall -Wextra clean
+    assert r.workspace_high_water <= exp.workspace_bytes
+    assert len(r.outputs) == len(exp.program.outputs)
+
+
+def test_host_run_with_weights_as_inputs(tmp_path):
+    mod, weights = params_as_inputs()
+    exp = micro.export(mod, "mps2-an386", str(tmp_path), measure=False)
+    shape = [int(v) for v in mod["main"].params[0].ty.shape.values]
+    inputs = [np.random.default_rng(2).standard_normal(shape).astype("float32")] + list(weights)
+    r = micro.run_host(exp, inputs)
+    assert r.ok, r.summary()
+    assert "MODEL_NUM_INPUTS %d" % len(inputs) in open(exp.files["header"]).read()
+
+
+def test_generated_c_layout(irregular):
+    exp = irregular
+    src = open(exp.files["source"]).read()
+    hdr = open(exp.files["header"]).read()
+    assert "int model_run(const void* const* inputs, void* const* outputs);" in hdr
+    assert f"#define MODEL_ARENA_BYTES {exp.arena_bytes}u" in hdr
+    assert re.search(r"static uint8_t model_arena\[MODEL_ARENA_BYTES", src)
+    assert "malloc" not in src and "malloc" not in open(exp.files["kernels"]).read()
+    # kernels are called in the scheduled order, each after pointing the workspace at its planned region
+    calls = re.findall(r"tvm_memsched_set_workspace\(model_arena \+ (\d+), (\d+)u\);\n.*\n"
+                       r"  if \(__tvm_ffi_model_(\w+)\(", src)
+    assert [k for _, _, k in calls] == [c.kernel for c in exp.program.calls]
+    assert all(int(off) + int(size) <= exp.arena_bytes for off, size, _ in calls)
+    # every arena tensor lies inside the arena; constants are const arrays in flash
+    for off in re.findall(r"\.data = model_arena \+ (\d+)", src):
+        assert int(off) < exp.arena_bytes
+    params = open(exp.files["params"]).read()
+    assert params.count("const float model_param_") == len(exp.program.params)
+    assert os.path.exists(os.path.join(exp.out_dir, "include", "tvm", "ffi", "c_api.h"))
+    assert exp.ours.arena_bytes == exp.arena_bytes and exp.default.arena_bytes > exp.arena_bytes
+
+
+def test_export_is_deterministic(tmp_path):
+    mod = random_module(seed=3, n_ops=14)
+    a = micro.export(mod, "mps2-an386", str(tmp_path / "a"), measure=False)
+    b = micro.export(mod, "mps2-an386", str(tmp_path / "b"), measure=False)
+    for kind in ("header", "source", "params", "kernels"):
+        assert filecmp.cmp(a.files[kind], b.files[kind], shallow=False), kind
+
+
+def test_workspace_overflow_fails_cleanly(irregular, tmp_path):
+    """The runtime refuses a workspace request that does not fit the planned region (no silent overwrite)."""
+    out = tmp_path / "tampered"
+    shutil.copytree(irregular.out_dir, out)
+    src = (out / "model.c").read_text()
+    m = re.search(r"tvm_memsched_set_workspace\(model_arena \+ (\d+), ([1-9]\d*)u\);", src)
+    (out / "model.c").write_text(src.replace(m.group(0), f"tvm_memsched_set_workspace(model_arena + {m.group(1)}, 8u);",
+                                             1))
+    call = src[:m.start()].count("tvm_memsched_set_workspace(") + 1
+    exp = dataclasses.replace(irregular, out_dir=str(out),
+                              files={k: str(out / os.path.basename(v)) for k, v in irregular.files.items()})
+    with pytest.raises(MemschedError, match=rf"failed in kernel call {call}: workspace request of \d+ bytes "
+                                            r"does not fit: 0 of the 8 bytes planned"):
+        micro.run_host(exp, check=False)
+
+
+# ------------------------------------------------------------------ QEMU runs
+def test_qemu_cortex_m4f_irregular(irregular):
+    exp = irregular
+    assert exp.measured and exp.flash_bytes > exp.params_bytes and exp.stack_bytes > 0
+    r = micro.run_qemu(exp)
+    assert r.ok and r.mode == "qemu mps2-an386", r.summary()
+    assert r.warnings == ""
+    assert r.instructions > 100_000
+    assert 0 < r.stack_used <= exp.stack_bytes <= r.stack_reserved
+    assert r.workspace_high_water <= exp.workspace_bytes
+
+
+@pytest.mark.parametrize("board", ["mps2-an385", "mps2-an500"])
+def test_qemu_cortex_m3_and_m7(board, tmp_path):
+    exp = micro.export(random_module(seed=4, n_ops=8), board, str(tmp_path))
+    r = micro.run_qemu(exp)
+    assert r.ok and r.mode == f"qemu {board}", r.summary()
+    assert r.instructions > 0
+
+
+def test_zoo_network_default_does_not_fit_ours_runs(tmp_path):
+    """DARTS V2 (CIFAR, tiny) on an STM32L4R5 (640 KB): TVM's plan needs too much RAM, ours fits and runs."""
+    from tvm_memsched import zoo
+
+    mod = zoo.load("darts_v2_cifar_tiny")
+    exp = micro.export(mod, "nucleo_l4r5zi", str(tmp_path / "ours"), compare_default=True)
+    board = exp.board
+    assert exp.fits and exp.ram_bytes <= board.sram_bytes
+    assert exp.default_fits is False
+    assert exp.ram_bytes_with_arena(exp.default.arena_bytes) > board.sram_bytes
+    assert "does not fit" in exp.summary() and "fits" in exp.summary()
+    r = micro.run_qemu(exp)  # the Cortex-M4F machine with the RAM cut to 640 KB
+    assert r.ok and r.mode == "qemu mps2-an386 as nucleo_l4r5zi", r.summary()
+    # TVM's default plan exported the same way: refused with the numbers, and it does not link either
+    with pytest.raises(micro.DoesNotFitError, match=r"needs [\d,]+ B of RAM \(arena [\d,]+ B .*has 655,360 B") as e:
+        micro.export(mod, board, str(tmp_path / "tvm"), planner="tvm")
+    tvm_exp = e.value.result
+    assert tvm_exp.arena_bytes == exp.default.arena_bytes and os.path.exists(tvm_exp.files["source"])
+    with pytest.raises(micro.DoesNotFitError, match=r"does not link for nucleo_l4r5zi.*region RAM overflowed"):
+        micro.run_qemu(tvm_exp)
+
+
+def test_tvm_default_plan_runs_where_it_fits(tmp_path):
+    exp = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path), planner="tvm", measure=False)
+    assert exp.planner == "tvm" and exp.workspace_bytes > 0
+    assert micro.run_host(exp).ok
+
+
+def test_inline_padding_shrinks_workspace(tmp_path):
+    plain = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path / "a"), measure=False)
+    inlined = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path / "b"), measure=False, inline_padding=True)
+    assert inlined.workspace_bytes < plain.workspace_bytes and inlined.arena_bytes < plain.arena_bytes
+    assert micro.run_host(inlined).ok
+
+
+# ----------------------------------------------------------------- bad input
+def test_too_large_for_board(tmp_path):
+    with pytest.raises(micro.DoesNotFitError) as e:
+        micro.export(nas_cell(size=32), "nucleo_f401re", str(tmp_path), measure=False)
+    msg = str(e.value)
+    assert re.search(r"needs [\d,]+ B of RAM \(arena [\d,]+ B \+ runtime \d+ B \+ stack \d+ B \+ I/O buffers "
+                     r"[\d,]+ B\) but nucleo_f401re has 98,304 B of SRAM \(over by [\d,]+ B\)", msg), msg
+    assert e.value.result.arena_bytes > 98_304
+
+
+def test_unsupported_dtype_shape_and_op(tmp_path):
+    def model(dtype="float32", shape=(1, 4, 8, 8), packed=False):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(list(shape), dtype))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                a = bb.emit(relax.op.nn.relu(x))
+                if packed:
+                    a = bb.emit(relax.call_dps_packed("my_dsp_kernel", [a], relax.TensorType(list(shape), dtype)))
+                o = bb.emit_output(relax.op.add(a, a))
+            bb.emit_func_output(o)
+        return bb.finalize()
+
+    import tvm
+
+    with pytest.raises(UnsupportedError, match="dtype float16; the C export supports float32"):
+        micro.export(model("float16"), "mps2-an386", str(tmp_path), measure=False)
+    with pytest.raises(UnsupportedError, match="dynamic or unknown shape"):
+        micro.export(model(shape=(1, tvm.tirx.Var("n", "int64"), 8, 8)), "mps2-an386", str(tmp_path), measure=False)
+    with pytest.raises(UnsupportedError, match="packed function 'my_dsp_kernel'; the C export only calls TIR"):
+        micro.export(model(packed=True), "mps2-an386", str(tmp_path), measure=False)
+
+
+def test_missing_toolchain_names_debian_packages(tmp_path, monkeypatch):
+    exp = micro.export(branchy_module(branches=2), "mps2-an386", str(tmp_path), measure=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(ToolchainError, match="arm-none-eabi-gcc' not found.*apt-get install gcc-arm-none-eabi "
+                                             "libnewlib-arm-none-eabi"):
+        micro.export(branchy_module(branches=2), "mps2-an386", str(tmp_path / "again"))
+    with pytest.raises(ToolchainError, match="qemu-system-arm' not found.*apt-get install qemu-system-arm"):
+        micro.run_qemu(exp)
+
+
+def test_board_without_qemu(tmp_path):
+    exp = micro.export(branchy_module(branches=2), "rpi_pico", str(tmp_path))
+    assert exp.measured and exp.fits  # Cortex-M0+ builds and fits, but QEMU has no such machine
+    with pytest.raises(UnsupportedError, match="rpi_pico .* has no QEMU machine; run it with run_host"):
+        micro.run_qemu(exp)
+
+
+# ----------------------------------------------------------------------- CLI
+def test_cli_micro(tmp_path, capsys):
+    assert cli_main(["micro", "--list-boards"]) == 0
+    assert "nucleo_f746zg" in capsys.readouterr().out
+    assert cli_main(["micro", "zoo:resnet", "--board", "no_such_board", "--out", str(tmp_path)]) == 2
+    assert "known boards: mps2-an385" in capsys.readouterr().err
+    report = tmp_path / "r.json"
+    code = cli_main(["micro", "zoo:randwire_tiny", "--board", "nucleo_f746zg", "--out", str(tmp_path / "rw"),
+                     "--compare-default", "--run", "--host", "--json", str(report), "-q"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "TVM default" in out and "tvm_memsched" in out and "host: 1 output(s)" in out
+    assert "(ok)" in out
+    assert (tmp_path / "rw" / "model.c").exists() and '"ok": true' in report.read_text()
+    # too large: exit code 2 with the numbers
+    code = cli_main(["micro", "zoo:randwire_tiny", "--board", "nucleo_f401re", "--out", str(tmp_path / "big"),
+                     "--no-measure", "-q"])
+    assert code == 2 and "has 98,304 B of SRAM" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ tutorial
+def test_micro_tutorial(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tutorials", "micro_walkthrough.py"), str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "TVM default" in p.stdout and "does not fit" in p.stdout
+    assert "qemu mps2-an386 as nrf52840dk" in p.stdout and "(ok)" in p.stdout
+    assert "region RAM overflowed" in p.stdout

@@ -1,0 +1,145 @@
+"""The board database: core, memory sizes, compiler flags and (where one exists) a QEMU machine.
+
+Two kinds of boards:
+
+* **QEMU machines** (``mps2-an385``, ``mps2-an386``, ``mps2-an500``): ARM's MPS2
+  FPGA images as QEMU emulates them. Code goes to the 4 MiB ZBT SSRAM1 at
+  address 0 (the "flash"), data, arena and stack to the 4 MiB ZBT SSRAM2&3 at
+  ``0x20000000`` (the "SRAM").
+* **Real boards**, for fit checks (does the model's RAM and flash fit?). Their
+  sizes are the datasheet numbers of the one contiguous SRAM block the arena can
+  live in. A real board whose core QEMU emulates names that machine as its
+  ``qemu_stand_in``: :func:`tvm_memsched.micro.run_qemu` then runs the build on
+  the stand-in with the linker script's RAM and flash cut to the real board's
+  sizes, so a model that does not fit the real board does not link there either.
+
+Example
+-------
+>>> b = get_board("mps2-an386")
+>>> b.core, b.sram_bytes, b.qemu_machine
+('Cortex-M4F', 4194304, 'mps2-an386')
+>>> get_board("sparkfun_edge").qemu_stand_in
+'mps2-an386'
+>>> get_board("nucleo_f746zg").cflags()
+['-mcpu=cortex-m7', '-mthumb', '-mfloat-abi=hard', '-mfpu=fpv5-sp-d16']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.errors import UnsupportedError
+
+__all__ = ["Board", "BOARDS", "get_board", "board_names", "boards_table"]
+
+KiB = 1024
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Board:
+    """One microcontroller board (or QEMU machine).
+
+    ``cpu`` is GCC's ``-mcpu`` value (also TVM's ``mcpu``); ``fpu`` GCC's ``-mfpu``
+    (None: soft float). ``sram_bytes`` is the largest contiguous SRAM block, the
+    budget for the arena, the I/O buffers and the stack; ``flash_bytes`` the
+    budget for code and constants.
+    """
+
+    name: str
+    description: str
+    core: str
+    cpu: str
+    fpu: str | None
+    sram_bytes: int
+    flash_bytes: int
+    qemu_machine: str | None = None
+    qemu_stand_in: str | None = None
+
+    @property
+    def runnable(self) -> bool:
+        """Whether :func:`~tvm_memsched.micro.run_qemu` can run builds for this board."""
+        return self.emulator is not None
+
+    @property
+    def emulator(self) -> str | None:
+        """The QEMU machine that runs builds for this board (itself or its stand-in)."""
+        return self.qemu_machine or self.qemu_stand_in
+
+    def cflags(self) -> list[str]:
+        """The GCC code-generation flags for this board's core."""
+        flags = [f"-mcpu={self.cpu}", "-mthumb"]
+        if self.fpu:
+            flags += ["-mfloat-abi=hard", f"-mfpu={self.fpu}"]
+        else:
+            flags += ["-mfloat-abi=soft"]
+        return flags
+
+    def tvm_target(self) -> dict:
+        """TVM's C target for this board (``mcpu`` only changes target keys, not the C)."""
+        return {"kind": "c", "mcpu": self.cpu}
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "description": self.description, "core": self.core, "cpu": self.cpu,
+                "fpu": self.fpu, "sram_bytes": self.sram_bytes, "flash_bytes": self.flash_bytes,
+                "qemu_machine": self.qemu_machine, "qemu_stand_in": self.qemu_stand_in}
+
+
+_LIST = [
+    # QEMU machines (hw/arm/mps2.c): 4 MiB SSRAM1 for code at 0, 4 MiB SSRAM2&3 for data at 0x20000000
+    Board("mps2-an385", "QEMU MPS2 AN385 (ARM Cortex-M3 FPGA image)", "Cortex-M3", "cortex-m3", None,
+          4 * MiB, 4 * MiB, qemu_machine="mps2-an385"),
+    Board("mps2-an386", "QEMU MPS2 AN386 (ARM Cortex-M4 FPGA image, single-precision FPU)", "Cortex-M4F",
+          "cortex-m4", "fpv4-sp-d16", 4 * MiB, 4 * MiB, qemu_machine="mps2-an386"),
+    Board("mps2-an500", "QEMU MPS2 AN500 (ARM Cortex-M7 FPGA image, double-precision FPU)", "Cortex-M7",
+          "cortex-m7", "fpv5-d16", 4 * MiB, 4 * MiB, qemu_machine="mps2-an500"),
+    # Real boards (fit checks; runs on the QEMU machine with the same core and the board's memory sizes)
+    Board("nucleo_f746zg", "ST Nucleo-144 STM32F746ZG: 320 KB SRAM (DTCM+SRAM1+SRAM2), 1 MB flash",
+          "Cortex-M7", "cortex-m7", "fpv5-sp-d16", 320 * KiB, 1 * MiB, qemu_stand_in="mps2-an500"),
+    Board("stm32f746g_disco", "ST 32F746G-DISCO (STM32F746NG): 320 KB SRAM, 1 MB flash",
+          "Cortex-M7", "cortex-m7", "fpv5-sp-d16", 320 * KiB, 1 * MiB, qemu_stand_in="mps2-an500"),
+    Board("sparkfun_edge", "SparkFun Edge (Ambiq Apollo3 Blue): 384 KB SRAM, 1 MB flash",
+          "Cortex-M4F", "cortex-m4", "fpv4-sp-d16", 384 * KiB, 1 * MiB, qemu_stand_in="mps2-an386"),
+    Board("nrf52840dk", "Nordic nRF52840 DK (nRF52840; also Arduino Nano 33 BLE): 256 KB RAM, 1 MB flash",
+          "Cortex-M4F", "cortex-m4", "fpv4-sp-d16", 256 * KiB, 1 * MiB, qemu_stand_in="mps2-an386"),
+    Board("nucleo_l4r5zi", "ST Nucleo-144 STM32L4R5ZI: 640 KB SRAM (SRAM1+2+3), 2 MB flash",
+          "Cortex-M4F", "cortex-m4", "fpv4-sp-d16", 640 * KiB, 2 * MiB, qemu_stand_in="mps2-an386"),
+    Board("nucleo_f446re", "ST Nucleo-64 STM32F446RE: 128 KB SRAM, 512 KB flash",
+          "Cortex-M4F", "cortex-m4", "fpv4-sp-d16", 128 * KiB, 512 * KiB, qemu_stand_in="mps2-an386"),
+    Board("nucleo_f401re", "ST Nucleo-64 STM32F401RE: 96 KB SRAM, 512 KB flash",
+          "Cortex-M4F", "cortex-m4", "fpv4-sp-d16", 96 * KiB, 512 * KiB, qemu_stand_in="mps2-an386"),
+    Board("rpi_pico", "Raspberry Pi Pico (RP2040, Cortex-M0+ core, no FPU): 264 KB SRAM, 2 MB flash",
+          "Cortex-M0+", "cortex-m0plus", None, 264 * KiB, 2 * MiB),
+]
+
+#: every known board by name
+BOARDS: dict[str, Board] = {b.name: b for b in _LIST}
+
+
+def board_names() -> list[str]:
+    """The known board names, QEMU machines first."""
+    return [b.name for b in _LIST]
+
+
+def get_board(board) -> Board:
+    """A :class:`Board` by name (a Board is returned as is).
+
+    Raises :class:`UnsupportedError` listing the known boards for an unknown name.
+    """
+    if isinstance(board, Board):
+        return board
+    b = BOARDS.get(str(board)) or BOARDS.get(str(board).lower().replace("_", "-")) \
+        or BOARDS.get(str(board).lower().replace("-", "_"))
+    if b is None:
+        raise UnsupportedError(f"unknown board '{board}'; known boards: {', '.join(board_names())}")
+    return b
+
+
+def boards_table() -> str:
+    """A text table of the known boards (name, core, SRAM, flash, QEMU)."""
+    rows = [("board", "core", "SRAM", "flash", "QEMU")]
+    for b in _LIST:
+        qemu = b.qemu_machine or (f"stand-in {b.qemu_stand_in}" if b.qemu_stand_in else "-")
+        rows.append((b.name, b.core, f"{b.sram_bytes // KiB} KiB", f"{b.flash_bytes // KiB} KiB", qemu))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

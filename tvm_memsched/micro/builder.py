@@ -1,0 +1,445 @@
+"""Relax module -> a C project for a microcontroller with one static arena (:func:`export`).
+
+Steps:
+
+1. TVM's default Relax pipeline for the board's C target
+   (``Target({"kind": "c", "mcpu": ...})``) with tvm_memsched's
+   ``MemoryAwareReorder`` (:func:`tvm_memsched.relax.pipeline.pipeline`), up to
+   the memory planner;
+2. the kernels ``main`` calls are built into one C file with TVM's C code
+   generator (:mod:`.kernels`), which also tells exactly how much workspace
+   each kernel will request;
+3. ``ArenaPlanMemory``'s planner (:func:`tvm_memsched.relax.arena.plan_module`)
+   places every intermediate tensor *and every kernel call's workspace* in one
+   arena;
+4. the planned ``main`` becomes ``<name>.c``/``<name>.h``/``<name>_params.c``
+   (:mod:`.codegen`); the runtime shim and TVM's C headers are copied next to them;
+5. optionally (``measure=True``) everything is cross-compiled for the board to
+   measure flash, static RAM and stack (:mod:`.firmware`), and checked against
+   the board's SRAM and flash.
+
+``planner="tvm"`` exports TVM's own order and ``StaticPlanBlockMemory`` plan
+instead (its storages one after the other, plus one workspace region as large
+as the largest kernel's), which is what a static export of TVM's default
+would need; ``compare_default=True`` computes those sizes next to ours.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from ..core.errors import BudgetError, MemschedError, UnsupportedError
+from .boards import Board, get_board
+
+__all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report"]
+
+_RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
+_HEADERS = [("tvm", "tvm/runtime/base.h"), ("tvm", "tvm/runtime/c_backend_api.h"),
+            ("tvm_ffi", "tvm/ffi/c_api.h"), ("tvm_ffi", "tvm/ffi/extra/c_env_api.h"),
+            ("tvm_ffi", "dlpack/dlpack.h")]
+
+
+class DoesNotFitError(BudgetError):
+    """The model needs more RAM or flash than the board has (``.result`` holds the export)."""
+
+    def __init__(self, message: str, result=None):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class PlanSizes:
+    """Arena of one memory plan: tensor storage plus kernel workspace (bytes)."""
+
+    planner: str
+    arena_bytes: int
+    storage_bytes: int
+    workspace_bytes: int
+    kernel_calls: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _kib(n) -> str:
+    return "?" if n is None else f"{n:,} B ({n / 1024:.1f} KiB)"
+
+
+@dataclass
+class MicroExport:
+    """The outcome of :func:`export`; sizes in bytes.
+
+    RAM needed on the board = ``static_ram_bytes`` (the arena plus the runtime's
+    few statics; the arena alone until measured) + ``stack_bytes`` (estimated
+    from GCC's ``-fstack-usage``) + ``io_bytes`` (the caller's input and output
+    buffers).
+    """
+
+    name: str
+    board: Board
+    out_dir: str
+    planner: str
+    method: str
+    files: dict
+    arena_bytes: int
+    storage_bytes: int
+    workspace_bytes: int
+    io_bytes: int
+    params_bytes: int
+    kernel_calls: int
+    kernels: int
+    lower_bound_bytes: int = 0
+    flash_bytes: int | None = None
+    static_ram_bytes: int | None = None
+    stack_bytes: int | None = None
+    default: PlanSizes | None = None
+    ours: PlanSizes | None = None
+    seconds: dict = field(default_factory=dict)
+    mod: object = field(default=None, repr=False)
+    program: object = field(default=None, repr=False)
+
+    @property
+    def measured(self) -> bool:
+        return self.flash_bytes is not None
+
+    @property
+    def ram_bytes(self) -> int:
+        """RAM the model needs on the board (see the class docstring)."""
+        static = self.static_ram_bytes if self.static_ram_bytes is not None else self.arena_bytes
+        return static + (self.stack_bytes or 0) + self.io_bytes
+
+    def ram_bytes_with_arena(self, arena_bytes: int) -> int:
+        """:attr:`ram_bytes` with another arena (e.g. TVM's default plan) in place of this one."""
+        return self.ram_bytes - self.arena_bytes + arena_bytes
+
+    @property
+    def fits(self) -> bool:
+        ok = self.ram_bytes <= self.board.sram_bytes
+        return ok and (self.flash_bytes is None or self.flash_bytes <= self.board.flash_bytes)
+
+    @property
+    def default_fits(self) -> bool | None:
+        if self.default is None:
+            return None
+        return self.ram_bytes_with_arena(self.default.arena_bytes) <= self.board.sram_bytes
+
+    def summary(self) -> str:
+        b = self.board
+        lines = [f"model {self.name} for {b.name} ({b.core}, {b.sram_bytes // 1024} KiB SRAM, "
+                 f"{b.flash_bytes // 1024} KiB flash), plan: {self.planner}"
+                 + (f" (method {self.method})" if self.planner == "tvm_memsched" else ""),
+                 f"  arena          {_kib(self.arena_bytes)}: " + (
+                     f"tensors and each kernel call's workspace planned together (largest workspace "
+                     f"{self.workspace_bytes:,} B; live-peak bound {self.lower_bound_bytes:,} B)"
+                     if self.planner == "tvm_memsched" else
+                     f"TVM's storages {self.storage_bytes:,} B + shared kernel workspace {self.workspace_bytes:,} B"),
+                 f"  I/O buffers    {_kib(self.io_bytes)}",
+                 f"  stack          {_kib(self.stack_bytes)}" + (" (estimate)" if self.stack_bytes else ""),
+                 f"  RAM total      {_kib(self.ram_bytes)} of {_kib(b.sram_bytes)}: "
+                 f"{'fits' if self.ram_bytes <= b.sram_bytes else 'does not fit'}",
+                 f"  flash          {_kib(self.flash_bytes)} of {_kib(b.flash_bytes)}"
+                 + ("" if self.flash_bytes is None else
+                    (": fits" if self.flash_bytes <= b.flash_bytes else ": does not fit"))
+                 + f" (constants {self.params_bytes:,} B)",
+                 f"  {self.kernel_calls} kernel calls, {self.kernels} kernels; files in {self.out_dir}"]
+        if self.default is not None and self.ours is not None:
+            lines.append(fit_report(self))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("mod", "program", "board", "default", "ours")}
+        d["board"] = self.board.to_dict()
+        d["ram_bytes"] = self.ram_bytes
+        d["fits"] = self.fits
+        d["default"] = self.default.to_dict() if self.default else None
+        d["ours"] = self.ours.to_dict() if self.ours else None
+        d["default_fits"] = self.default_fits
+        return d
+
+
+def fit_report(exp: MicroExport) -> str:
+    """TVM's default plan vs ours against the board's SRAM (needs ``compare_default=True``)."""
+    b = exp.board
+    rows = [("", "arena", "RAM total", f"{b.name} SRAM {b.sram_bytes:,} B")]
+    for label, plan in (("TVM default", exp.default), ("tvm_memsched", exp.ours)):
+        ram = exp.ram_bytes_with_arena(plan.arena_bytes)
+        rows.append((label, f"{plan.arena_bytes:,} B", f"{ram:,} B",
+                     "fits" if ram <= b.sram_bytes else f"does not fit (over by {ram - b.sram_bytes:,} B)"))
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    text = ["  " + "  ".join(c.ljust(w[i]) if i in (0, 3) else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
+            for r in rows]
+    saved = exp.default.arena_bytes - exp.ours.arena_bytes
+    text.append(f"  arena saved: {saved:,} B ({exp.default.arena_bytes / max(1, exp.ours.arena_bytes):.2f}x smaller)"
+                "; RAM total = arena + runtime statics + stack estimate + I/O buffers")
+    return "\n".join(text)
+
+
+# ---------------------------------------------------------------- pipeline
+def _tvm_call(fn, what: str):
+    """Run a TVM step; TVM's own errors become UnsupportedError with their last line."""
+    try:
+        return fn()
+    except MemschedError:
+        raise
+    except Exception as e:  # TVM raises TVMError / ValueError / InternalError subclasses
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+        raise UnsupportedError(f"{what} failed: {lines[-1] if lines else type(e).__name__}") from None
+
+
+def _called_kernels(func, prims: set) -> list[str]:
+    """Names of the PrimFuncs ``func`` calls, in first-call order."""
+    import tvm
+
+    names = []
+    for block in func.body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.GlobalVar) and v.op.name_hint in prims:
+                if v.op.name_hint not in names:
+                    names.append(v.op.name_hint)
+    return names
+
+
+def _split_pipeline(target, method, time_limit, alignment, inline_padding, progress, options):
+    """(common passes, reorder pass, passes from the reorder to the planner, TVM's planner pass)."""
+    from ..relax.pipeline import pipeline, stages
+    from ..relax.transform import InlinePadding
+
+    extra = [InlinePadding()] if inline_padding else []
+    p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
+                 extra_passes=extra, progress=progress, **options)
+    names = p.pass_names()
+    i, k = names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
+    tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
+    return p.passes[:i], p.reorder, p.passes[i + 1:k], tvm_planner
+
+
+def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model", planner: str = "tvm_memsched",
+           time_limit: float | None = None, alignment: int = 16, inline_padding: bool = False,
+           exact_arena: bool = True, compare_default: bool = False, measure: bool = True, check_fit: bool = True,
+           progress=None, **options) -> MicroExport:
+    """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
+
+    Parameters
+    ----------
+    mod : IRModule
+        A Relax module whose ``main`` has static shapes.
+    board : str or Board
+        A name from :mod:`.boards` (``tvm-memsched micro --list-boards`` lists them).
+    method : str
+        Scheduler for ``MemoryAwareReorder`` (``"auto"``, ``"dp"``, ``"rpo"``, ...).
+    name : str
+        C prefix: ``<name>_run``, ``<NAME>_ARENA_BYTES``, files ``<name>.c`` ...
+    planner : {"tvm_memsched", "tvm"}
+        Our order and arena plan, or TVM's order and ``StaticPlanBlockMemory``.
+    alignment : int
+        Alignment of every tensor and workspace region in the arena.
+    inline_padding : bool
+        Run ``InlinePadding`` after fusion (removes conv padding copies).
+    exact_arena : bool
+        Place the tensors with CP-SAT (needs OR-Tools) when the greedy placement
+        misses the live-peak bound: often a much smaller arena. The search is
+        deterministic (same model, same offsets); False keeps the greedy plan.
+    compare_default : bool
+        Also compute TVM's default plan (``.default``) to compare with ours (``.ours``).
+    measure : bool
+        Cross-compile for the board to measure flash, static RAM and stack (needs
+        ``arm-none-eabi-gcc``; without it only the arena and I/O sizes are known).
+    check_fit : bool
+        Raise :class:`DoesNotFitError` (with the numbers) when the model does not
+        fit the board. The files are written either way.
+
+    Raises :class:`UnsupportedError` for models the C export cannot handle.
+    """
+    import tvm
+    from tvm import relax
+
+    from ..relax.arena import plan_module
+    from .codegen import tensor_nbytes, translate
+    from .kernels import compile_kernels
+
+    board = get_board(board)
+    if planner not in ("tvm_memsched", "tvm"):
+        raise UnsupportedError(f"unknown planner '{planner}': use 'tvm_memsched' or 'tvm'")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+        raise UnsupportedError(f"model name '{name}' is not a valid C identifier")
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()] or not isinstance(mod["main"], relax.Function):
+        raise UnsupportedError("the module has no Relax function 'main'")
+    _check_signature(mod["main"])
+    target = tvm.target.Target(board.tvm_target())
+    seconds = {}
+    t0 = time.perf_counter()
+    common, reorder, middle, tvm_planner = _split_pipeline(target, method, time_limit, alignment, inline_padding,
+                                                           progress, options)
+    with target:
+        fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering")
+        pre_ours = _tvm_call(lambda: tvm.transform.Sequential([reorder] + middle)(fused), "the Relax pipeline") \
+            if (planner == "tvm_memsched" or compare_default) else None
+        pre_tvm = _tvm_call(lambda: tvm.transform.Sequential(middle)(fused), "the Relax pipeline") \
+            if (planner == "tvm" or compare_default) else None
+    seconds["relax"] = time.perf_counter() - t0
+    any_pre = pre_ours if pre_ours is not None else pre_tvm
+    prims = {gv.name_hint for gv, f in any_pre.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    names = []
+    for pre in (pre_ours, pre_tvm):
+        if pre is not None:
+            names += [n for n in _called_kernels(pre["main"], prims) if n not in names]
+    t0 = time.perf_counter()
+    kernels = compile_kernels(any_pre, names, target, prefix=name)
+    seconds["kernels"] = time.perf_counter() - t0
+
+    def ws(gv):
+        return kernels.workspace.get(gv.name_hint, 0)
+
+    t0 = time.perf_counter()
+    programs, plans, lower_bound = {}, {}, 0
+    if pre_ours is not None:
+        planned, reports = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
+                                       time_limit=10.0 if exact_arena else 2.0)
+        rep = [r for r in reports if r.function == "main"][0]
+        if rep.status not in ("planned", "no allocations"):
+            raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
+        ncalls = sum(1 for c in _iter_calls(planned["main"]))
+        workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
+        prog = translate(planned["main"], kernels, workspace=workspace, alignment=alignment, prefix=name)
+        lower_bound = sum(rep.lower_bound_bytes.values())
+        programs["tvm_memsched"] = prog
+        plans["tvm_memsched"] = PlanSizes("tvm_memsched", prog.arena_bytes, prog.storage_bytes, prog.max_workspace,
+                                          len(prog.calls))
+    if pre_tvm is not None:
+        with target:
+            planned_tvm = _tvm_call(lambda: tvm_planner(pre_tvm), "StaticPlanBlockMemory")
+        prog = translate(planned_tvm["main"], kernels, workspace=None, alignment=alignment, prefix=name)
+        programs["tvm"] = prog
+        plans["tvm"] = PlanSizes("tvm default", prog.arena_bytes, prog.storage_bytes, prog.workspace_bytes,
+                                 len(prog.calls))
+    seconds["plan"] = time.perf_counter() - t0
+    prog = programs[planner]
+    prog.comment = _comment(board, planner, method, prog, lower_bound if planner == "tvm_memsched" else 0)
+    files = _write(out_dir, name, prog, kernels)
+    io_bytes = sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
+        sum(tensor_nbytes(s, d) for s, d in prog.outputs)
+    exp = MicroExport(
+        name=name, board=board, out_dir=os.path.abspath(out_dir), planner=planner, method=method, files=files,
+        arena_bytes=prog.arena_bytes,
+        storage_bytes=prog.storage_bytes,
+        workspace_bytes=prog.max_workspace, io_bytes=io_bytes,
+        params_bytes=sum(int(a.nbytes) for a in prog.params), kernel_calls=len(prog.calls),
+        kernels=len({c.kernel for c in prog.calls}), lower_bound_bytes=lower_bound,
+        default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=mod, program=prog)
+    if measure:
+        from .firmware import measure as _measure
+
+        t0 = time.perf_counter()
+        m = _measure(exp)
+        exp.flash_bytes, exp.static_ram_bytes, exp.stack_bytes = m.flash_bytes, m.static_ram_bytes, m.stack_bytes
+        seconds["measure"] = time.perf_counter() - t0
+    with open(os.path.join(out_dir, f"{name}_report.json"), "w", encoding="utf-8") as f:
+        json.dump(exp.to_dict(), f, indent=1, default=str)
+        f.write("\n")
+    files["report"] = os.path.join(exp.out_dir, f"{name}_report.json")
+    if check_fit and not exp.fits:
+        raise DoesNotFitError(_does_not_fit_message(exp), exp)
+    return exp
+
+
+def _check_signature(func) -> None:
+    """Refuse early what the C export cannot take: non-tensor, dynamic or unsupported-dtype I/O."""
+    from tvm import relax
+
+    from .codegen import check_dtype, check_shape
+
+    for p in func.params:
+        if not isinstance(p.ty, relax.TensorType):
+            raise UnsupportedError(f"parameter '{p.name}' is not a tensor ({p.ty}); the C export takes tensors")
+        check_shape(p.ty, f"parameter '{p.name}'")
+        check_dtype(p.ty, f"parameter '{p.name}'")
+
+    def leaves(ty, what):
+        if isinstance(ty, relax.TupleType):
+            for i, f in enumerate(ty.fields):
+                leaves(f, f"{what}[{i}]")
+        elif isinstance(ty, relax.TensorType):
+            check_shape(ty, what)
+            check_dtype(ty, what)
+        else:
+            raise UnsupportedError(f"{what} is not a tensor ({ty}); the C export returns tensors")
+
+    leaves(func.ret_ty, "the result of main")
+
+
+def _iter_calls(func):
+    import tvm
+
+    for block in func.body.blocks:
+        for b in block.bindings:
+            if isinstance(b.value, tvm.ir.Call) and isinstance(b.value.op, tvm.ir.GlobalVar):
+                yield b.value
+
+
+def _does_not_fit_message(exp: MicroExport) -> str:
+    b = exp.board
+    parts = []
+    if exp.ram_bytes > b.sram_bytes:
+        static = exp.static_ram_bytes if exp.static_ram_bytes is not None else exp.arena_bytes
+        parts.append(f"needs {exp.ram_bytes:,} B of RAM (arena {exp.arena_bytes:,} B + runtime "
+                     f"{static - exp.arena_bytes:,} B + stack {exp.stack_bytes or 0:,} B + I/O buffers "
+                     f"{exp.io_bytes:,} B) but {b.name} has {b.sram_bytes:,} B of SRAM "
+                     f"(over by {exp.ram_bytes - b.sram_bytes:,} B)")
+    if exp.flash_bytes is not None and exp.flash_bytes > b.flash_bytes:
+        parts.append(f"needs {exp.flash_bytes:,} B of flash (constants {exp.params_bytes:,} B) but {b.name} has "
+                     f"{b.flash_bytes:,} B")
+    msg = f"model '{exp.name}' does not fit {b.name}: " + "; ".join(parts)
+    if exp.default is not None and exp.planner == "tvm_memsched":
+        msg += f" (TVM's default plan would need an arena of {exp.default.arena_bytes:,} B)"
+    return msg + f"; files were written to {exp.out_dir}"
+
+
+def _comment(board, planner, method, prog, lower_bound) -> str:
+    if planner == "tvm_memsched":
+        lines = [f"Board {board.name} ({board.core}); tvm_memsched order (method {method}) and arena plan.",
+                 f"Arena {prog.arena_bytes} bytes: every intermediate tensor and each kernel call's workspace "
+                 f"(largest {prog.max_workspace} bytes);",
+                 f"live-peak lower bound {lower_bound} bytes."]
+    else:
+        lines = [f"Board {board.name} ({board.core}); TVM's order and StaticPlanBlockMemory plan.",
+                 f"Arena {prog.arena_bytes} bytes: TVM's storages {prog.storage_bytes} bytes back to back, then one "
+                 f"workspace region of {prog.workspace_bytes} bytes."]
+    return "\n".join(lines + [f"{len(prog.calls)} kernel calls in the scheduled order."])
+
+
+def _write(out_dir: str, name: str, prog, kernels) -> dict:
+    """Write the C project; returns ``{kind: path}``."""
+    from .toolchain import tvm_include_dirs
+
+    os.makedirs(out_dir, exist_ok=True)
+    files = {}
+
+    def put(kind, fname, text):
+        path = os.path.join(out_dir, fname)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        files[kind] = os.path.abspath(path)
+
+    put("header", f"{name}.h", prog.header())
+    put("source", f"{name}.c", prog.source())
+    put("params", f"{name}_params.c", prog.params_source())
+    put("kernels", f"{name}_kernels.c", kernels.source)
+    for fname in ("tvm_memsched_rt.c", "tvm_memsched_rt.h"):
+        shutil.copyfile(os.path.join(_RUNTIME_DIR, fname), os.path.join(out_dir, fname))
+        files[fname.replace(".", "_")] = os.path.abspath(os.path.join(out_dir, fname))
+    inc_dirs = tvm_include_dirs()
+    for pkg, rel in _HEADERS:
+        src = next((os.path.join(d, rel) for d in inc_dirs if os.path.exists(os.path.join(d, rel))), None)
+        if src is None:
+            raise MemschedError(f"TVM header {rel} not found in the installed wheels ({', '.join(inc_dirs)})")
+        dst = os.path.join(out_dir, "include", rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
+    files["include"] = os.path.abspath(os.path.join(out_dir, "include"))
+    return files

@@ -1,0 +1,140 @@
+/* Test program for an exported model (host or Cortex-M under QEMU semihosting).
+ *
+ * harness_data.h/.c (generated next to this file) name the model's run function and hold a fixed
+ * input. The program copies the input into RAM buffers (as an application would), runs the model
+ * once and prints every output as hex bytes, so the host can compare it bit for bit with TVM's
+ * output. On Cortex-M it also prints the instructions model_run executed (SysTick; exact with
+ * QEMU's "-icount shift=0", where one instruction takes 1 ns of virtual time and SysTick ticks at
+ * 25 MHz) and the stack it used (the stack reserve is painted before the run). main's return
+ * value is the exit status: 0 = ran, 1 = model_run failed. */
+#define _POSIX_C_SOURCE 200809L /* write() under -std=c11 */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness_data.h"
+
+static void put(const char* s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t k = write(1, s, n);
+    if (k <= 0) return;
+    s += k;
+    n -= (size_t)k;
+  }
+}
+
+static void put_uint(const char* label, uint64_t v) {
+  char buf[32];
+  size_t k = sizeof(buf) - 1;
+  buf[k] = '\0';
+  buf[--k] = '\n';
+  do {
+    buf[--k] = (char)('0' + (int)(v % 10u));
+    v /= 10u;
+  } while (v != 0u && k > 0u);
+  put(label);
+  put(buf + k);
+}
+
+static void put_hex(const uint8_t* p, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  char line[2 * 32 + 2];
+  size_t i = 0;
+  while (i < n) {
+    size_t k = 0;
+    for (size_t j = 0; j < 32 && i < n; ++j, ++i) {
+      line[k++] = digits[p[i] >> 4];
+      line[k++] = digits[p[i] & 15u];
+    }
+    line[k++] = '\n';
+    line[k] = '\0';
+    put(line);
+  }
+}
+
+#if defined(__arm__)
+#define SYST_CSR (*(volatile uint32_t*)0xE000E010u)
+#define SYST_RVR (*(volatile uint32_t*)0xE000E014u)
+#define SYST_CVR (*(volatile uint32_t*)0xE000E018u)
+#define STACK_PAINT 0xA5u
+
+static volatile uint32_t g_systick_wraps;
+void SysTick_Handler(void) { g_systick_wraps++; }
+
+static void systick_start(void) {
+  SYST_CSR = 0u;
+  SYST_RVR = 0xFFFFFFu;
+  SYST_CVR = 0u;
+  g_systick_wraps = 0u;
+  SYST_CSR = 7u; /* enable, interrupt on wrap, processor clock */
+  while (SYST_CVR == 0u) {
+    /* the first tick loads the reload value */
+  }
+}
+
+static uint64_t systick_ticks(void) {
+  uint32_t wraps, value;
+  do {
+    wraps = g_systick_wraps;
+    value = SYST_CVR;
+  } while (wraps != g_systick_wraps);
+  return ((uint64_t)wraps << 24) + (0xFFFFFFu - value);
+}
+
+extern char __stack_limit;
+
+/* Fill the unused stack reserve below this frame with a pattern. */
+static void __attribute__((noinline)) paint_stack(void) {
+  volatile uint8_t* p = (volatile uint8_t*)&__stack_limit;
+  volatile uint8_t* end = (volatile uint8_t*)__builtin_frame_address(0) - 64;
+  while (p < end) *p++ = STACK_PAINT;
+}
+
+/* Lowest address below which the pattern is intact. */
+static uintptr_t stack_low_water(void) {
+  const volatile uint8_t* p = (const volatile uint8_t*)&__stack_limit;
+  while (*p == STACK_PAINT) ++p;
+  return (uintptr_t)p;
+}
+#endif
+
+static int __attribute__((noinline)) run_model(void) {
+#if defined(__arm__)
+  paint_stack();
+  uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
+  systick_start();
+  uint64_t t0 = systick_ticks();
+#endif
+  int rc = HARNESS_RUN(harness_inputs, harness_outputs);
+#if defined(__arm__)
+  uint64_t ticks = systick_ticks() - t0;
+  SYST_CSR = 0u;
+  uintptr_t low = stack_low_water();
+  put_uint("instructions ", ticks * 40u);
+  put_uint("stack_used ", frame > low ? (uint64_t)(frame - low) : 0u);
+#endif
+  return rc;
+}
+
+int main(void) {
+  for (int i = 0; i < HARNESS_NUM_INPUTS; ++i) {
+    memcpy(harness_input_buffers[i], harness_input_data[i], harness_input_bytes[i]);
+  }
+  put("tvm_memsched harness\n");
+  int rc = run_model();
+  put_uint("workspace_high_water ", (uint64_t)tvm_memsched_workspace_high_water());
+  if (rc != 0) {
+    put_uint("error_call ", (uint64_t)rc);
+    put("error ");
+    put(tvm_memsched_last_error());
+    put("\n");
+    return 1;
+  }
+  for (int i = 0; i < HARNESS_NUM_OUTPUTS; ++i) {
+    put_uint("output ", (uint64_t)i);
+    put_hex((const uint8_t*)harness_outputs[i], harness_output_bytes[i]);
+  }
+  put("done\n");
+  return 0;
+}
