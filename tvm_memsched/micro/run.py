@@ -81,20 +81,10 @@ def reference_outputs(mod, inputs) -> list[np.ndarray]:
     import tvm
     from tvm import relax
 
+    from ..relax.compare import run_vm
+
     target = tvm.target.Target({"kind": "llvm"})
-    ex = tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    flat = []
-
-    def walk(o):
-        if hasattr(o, "numpy"):
-            flat.append(o.numpy())
-        else:
-            for x in o:
-                walk(x)
-
-    walk(out)
-    return flat
+    return run_vm(tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target)), inputs)
 
 
 def _check_inputs(exp: MicroExport, inputs) -> list[np.ndarray]:
