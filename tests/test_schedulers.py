@@ -191,3 +191,21 @@ def test_dp_and_auto_optimal_on_20_op_graphs(seed):
         r = schedule(g, m, time_limit=60)
         assert r.peak_bytes == opt and r.optimal
     assert schedule(g, "hmcos").peak_bytes <= schedule(g, "rpo").peak_bytes
+
+
+def test_deterministic_budgets_give_identical_orders():
+    from tvm_memsched.schedulers.base import Deadline
+
+    g = cell_network(4, seed=5, blocks=6)
+    for method in ("auto", "dp", "hmcos"):
+        a = schedule(g, method, time_limit=0.5, deterministic=True)
+        b = schedule(g, method, time_limit=0.5, deterministic=True)
+        assert a.order == b.order and a.peak_bytes == b.peak_bytes
+    # child budgets charge their parents; a work budget never looks at the clock
+    d = Deadline.deterministic(1.0)
+    assert d.is_deterministic and d.remaining() is None
+    child = d.share(0.5)
+    while not child.expired():
+        pass
+    assert d.remaining_work() <= Deadline.WORK_PER_SECOND / 2 + 1
+    assert d.sub(0.1).work == int(0.1 * Deadline.WORK_PER_SECOND)

@@ -123,11 +123,12 @@ def lower_bound(graph: Graph) -> int:
 
 
 def cut_lower_bound(graph: Graph, candidates=None, *, max_candidates: int = 16,
-                    time_limit: float | None = None) -> int:
+                    time_limit: float | None = None, should_stop=None) -> int:
     """The cut bound (see the module docstring), maximised over candidate ops.
 
     ``candidates``: op ids to bound (default: the ``max_candidates`` ops with the
-    highest must-live bounds). Stops early at ``time_limit`` seconds; the result is
+    highest must-live bounds). Stops early after ``time_limit`` seconds or when
+    ``should_stop()`` (checked once per candidate) returns True; the result is
     always a valid lower bound (and never below :func:`lower_bound`).
 
     >>> from tvm_memsched.core import Graph, Op
@@ -180,6 +181,8 @@ def cut_lower_bound(graph: Graph, candidates=None, *, max_candidates: int = 16,
     best = base_lb
     for v in candidates:
         if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+        if should_stop is not None and should_stop():
             break
         added = [("s", u) for u in graph.preds[v] if not net.has_edge("s", u)] + [(v, "t")]
         had_vt = net.has_edge(v, "t")

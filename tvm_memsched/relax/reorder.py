@@ -32,6 +32,9 @@ __all__ = ["BlockReport", "reorder_module", "reorder_function"]
 
 log = logging.getLogger("tvm_memsched")
 
+# budgeted schedulers: in a compiler pass they count their budget as work, not wall-clock time
+_DETERMINISTIC_BY_DEFAULT = ("auto", "dp", "beam", "hmcos", "ilp")
+
 
 @dataclass
 class BlockReport:
@@ -96,9 +99,12 @@ def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None
 
     ``workspace``: how ``call_tir`` kernels' internal allocations are measured
     (``"lowered"`` with the TIR pipeline of ``target`` or the current target,
-    ``"tir"``, or None). ``time_limit`` applies to each block. Returns
-    ``(new module, [BlockReport])``.
+    ``"tir"``, or None). ``time_limit`` applies to each block and is counted as
+    deterministic work (pass ``deterministic=False`` for wall-clock seconds), so
+    a model always compiles to the same order. Returns ``(new module, [BlockReport])``.
     """
+    if method in _DETERMINISTIC_BY_DEFAULT and "deterministic" not in options:
+        options["deterministic"] = True  # a compiler pass must give the same order under any load
     if target is None:
         target = tvm.target.Target.current(allow_none=True)
     elif isinstance(target, (dict, str)):

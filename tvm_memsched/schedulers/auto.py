@@ -12,13 +12,14 @@ Phases, each only while time remains and the peak is not yet proven optimal:
 5. exact optima of relaxed windows around the peak (:mod:`.lower`), more bounds;
 6. the ILP (:mod:`.ilp`) on graphs whose fused ILP is small, where CP-SAT
    wins on multi-branch topologies;
-7. further registered phases (:data:`EXTRA_PHASES`, e.g. the learned scheduler)
-   and HMCOS on mid-sized graphs;
+7. further registered phases (:data:`EXTRA_PHASES`) and HMCOS on mid-sized graphs;
 8. exact re-optimization of windows around the peak (:mod:`.window`) with the
    time left.
 
 The result carries the best proven lower bound and ``optimal=True`` only when
-the peak meets it. ``progress`` receives one line per phase.
+the peak meets it. ``progress`` receives one line per phase. With
+``deterministic=True`` the budget is counted in work rather than seconds
+(see :class:`~.base.Deadline`): the result no longer depends on machine load.
 
 Example
 -------
@@ -67,8 +68,7 @@ class _Portfolio:
         return (self.peak is not None and self.peak <= self.lower) or self.deadline.expired()
 
     def share(self, fraction: float) -> Deadline:
-        rem = self.deadline.remaining()
-        return self.deadline.sub(None if rem is None else rem * fraction)
+        return self.deadline.share(fraction)
 
     def offer(self, name: str, order, t0: float, lower: int | None = None) -> None:
         entry = {"phase": name, "seconds": round(time.perf_counter() - t0, 4)}
@@ -87,9 +87,12 @@ class _Portfolio:
 
 @register("auto", "portfolio: cheap orders, beam, cut bound, exact DP, window bounds, ILP, windows", exact=True)
 def schedule_auto(graph: Graph, *, time_limit: float | None = DEFAULT_TIME_LIMIT, progress=None,
-                  state_limit: int = 2_000_000, ilp_max_atoms: int = 200) -> ScheduleResult:
+                  state_limit: int = 2_000_000, ilp_max_atoms: int = 200, deterministic: bool = False) -> ScheduleResult:
+    """``deterministic``: spend ``time_limit`` as deterministic work instead of wall-clock seconds, so the
+    same graph always gets the same order (the Relax passes use this by default)."""
     start = time.perf_counter()
-    pf = _Portfolio(graph, Deadline(time_limit), progress)
+    budget = Deadline.deterministic(time_limit) if deterministic else Deadline(time_limit)
+    pf = _Portfolio(graph, budget, progress)
     for name, fn in (("program", program_order), ("kahn", kahn_order), ("rpo", rpo_order),
                      ("greedy", greedy_order)):
         t0 = time.perf_counter()
@@ -133,8 +136,7 @@ def schedule_auto(graph: Graph, *, time_limit: float | None = DEFAULT_TIME_LIMIT
         pf.offer(name, order, t0, low)
     if not pf.done and graph.num_ops <= 400:
         t0 = time.perf_counter()
-        rem = pf.deadline.remaining()
-        hm = schedule_hmcos(graph, time_limit=None if rem is None else rem * 0.3)
+        hm = schedule_hmcos(graph, deadline=pf.share(0.3))
         pf.offer("hmcos", list(hm.order_ids), t0)
     if not pf.done:
         t0 = time.perf_counter()
@@ -157,11 +159,12 @@ def _ilp_phase(pf: _Portfolio, max_atoms: int) -> None:
     atoms = ilp_atoms(pf.graph)
     if len(atoms) > max_atoms:
         return
-    rem = pf.deadline.remaining()
+    secs, det = pf.deadline.solver_seconds(0.5)
     try:
-        res = solve_ilp(pf.graph, atoms, hint=pf.order, upper=pf.peak,
-                        time_limit=None if rem is None else rem * 0.5)
+        res = solve_ilp(pf.graph, atoms, hint=pf.order, upper=pf.peak, time_limit=secs, deterministic=det)
     except UnsupportedError:
         return
+    if det and secs:
+        pf.deadline.charge(secs)
     low = res.peak if res.optimal else (res.bound if res.order is not None else None)
     pf.offer("ilp", res.order, t0, low)

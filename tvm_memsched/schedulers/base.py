@@ -66,30 +66,102 @@ def _jsonable(obj):
 
 
 class Deadline:
-    """A wall-clock limit: ``Deadline(None)`` never expires."""
+    """A budget of wall-clock seconds or of deterministic work units; ``Deadline(None)`` never expires.
 
-    def __init__(self, seconds: float | None):
+    Searches call :meth:`expired` at a fixed rate of their own progress (every
+    few hundred states, once per window or candidate). With a *work* budget
+    (:meth:`deterministic`) each call costs one unit, so the search stops at the
+    same point on any machine under any load: the same input always gives the
+    same result, which a compiler pass needs. Child budgets (:meth:`sub`,
+    :meth:`share`) charge their parents, so nested phases share one budget.
+
+    >>> d = Deadline(None, work=3)
+    >>> [d.expired() for _ in range(4)]
+    [False, False, False, True]
+    """
+
+    #: conversion used by :meth:`deterministic` (roughly what one second buys on one core)
+    WORK_PER_SECOND = 200
+
+    def __init__(self, seconds: float | None = None, *, work: float | None = None,
+                 parent: "Deadline | None" = None):
         self.start = time.perf_counter()
         self.seconds = seconds
         self.end = None if seconds is None else self.start + max(0.0, seconds)
+        self.work = None if work is None else max(0, int(work))
+        self.used = 0
+        self.parent = parent
+
+    @classmethod
+    def deterministic(cls, seconds: float | None) -> "Deadline":
+        """A work budget worth about ``seconds`` of search (None: unlimited)."""
+        return cls(None, work=None if seconds is None else seconds * cls.WORK_PER_SECOND)
+
+    def _chain(self):
+        d = self
+        while d is not None:
+            yield d
+            d = d.parent
+
+    @property
+    def is_deterministic(self) -> bool:
+        """True when the budget is counted in work only (no wall clock anywhere in the chain)."""
+        chain = list(self._chain())
+        return any(d.work is not None for d in chain) and all(d.end is None for d in chain)
 
     def expired(self) -> bool:
-        return self.end is not None and time.perf_counter() >= self.end
+        hit = False
+        now = None
+        for d in self._chain():
+            d.used += 1
+            if d.work is not None and d.used > d.work:
+                hit = True
+            if d.end is not None:
+                now = time.perf_counter() if now is None else now
+                hit = hit or now >= d.end
+        return hit
+
+    def charge(self, seconds: float) -> None:
+        """Count ``seconds`` of work done outside (an external solver's deterministic time)."""
+        units = int(seconds * self.WORK_PER_SECOND)
+        for d in self._chain():
+            d.used += units
 
     def remaining(self) -> float | None:
-        if self.end is None:
+        """Seconds left on the tightest wall clock in the chain (None: no wall clock)."""
+        ends = [d.end for d in self._chain() if d.end is not None]
+        if not ends:
             return None
-        return max(0.0, self.end - time.perf_counter())
+        return max(0.0, min(ends) - time.perf_counter())
+
+    def remaining_work(self) -> float | None:
+        """Work units left on the tightest work budget in the chain (None: unlimited)."""
+        left = [d.work - d.used for d in self._chain() if d.work is not None]
+        return max(0, min(left)) if left else None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
     def sub(self, seconds: float | None) -> "Deadline":
-        """A deadline that expires after ``seconds`` or with this one, whichever is first."""
-        rem = self.remaining()
+        """A child that ends after ``seconds`` (counted as work when this budget is deterministic)."""
         if seconds is None:
-            return Deadline(rem)
-        return Deadline(seconds if rem is None else min(seconds, rem))
+            return Deadline(None, parent=self)
+        if self.is_deterministic:
+            return Deadline(None, work=seconds * self.WORK_PER_SECOND, parent=self)
+        return Deadline(seconds, parent=self)
+
+    def share(self, fraction: float) -> "Deadline":
+        """A child with ``fraction`` of what is left (time and work alike)."""
+        rem, work = self.remaining(), self.remaining_work()
+        return Deadline(None if rem is None else rem * fraction,
+                        work=None if work is None else work * fraction, parent=self)
+
+    def solver_seconds(self, fraction: float = 1.0) -> tuple[float | None, bool]:
+        """``(seconds, deterministic)`` to give an external solver (CP-SAT) for ``fraction`` of what is left."""
+        if self.is_deterministic:
+            return self.remaining_work() * fraction / self.WORK_PER_SECOND, True
+        rem = self.remaining()
+        return (None if rem is None else rem * fraction), False
 
 
 def graph_lower_bound(graph: Graph) -> int:
@@ -125,10 +197,10 @@ def make_result(graph: Graph, ids: Sequence[int], method: str, start: float, *,
 
 def cut_bound_if_needed(graph: Graph, peak: int, lower: int, deadline: Deadline, share: float = 0.5,
                         candidates=None) -> int:
-    """Raise ``lower`` with the cut bound when ``peak`` is not yet proven and time remains."""
+    """Raise ``lower`` with the cut bound when ``peak`` is not yet proven and budget remains."""
     from ..core.bounds import cut_lower_bound
 
     if peak <= lower or deadline.expired():
         return lower
-    rem = deadline.remaining()
-    return max(lower, cut_lower_bound(graph, candidates, time_limit=None if rem is None else rem * share))
+    budget = deadline.share(share)
+    return max(lower, cut_lower_bound(graph, candidates, should_stop=budget.expired))

@@ -184,7 +184,7 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
             statuses.append("skipped-timeout")
             continue
         if beam_widths:  # a strong hard budget first: beam search on this part
-            share = deadline.sub(None if deadline.remaining() is None else deadline.remaining() * 0.3)
+            share = deadline.share(0.3)
             for w in beam_widths:
                 if peaks[idx] <= max(part_lb, global_lb) or share.expired():
                     break
@@ -223,9 +223,10 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
 @register("dp", "SERENITY dynamic programming (signature DP, soft budgets, divide and conquer)", exact=True)
 def schedule_dp(graph: Graph, *, time_limit: float | None = None, progress=None, strategy: str = "best-first",
                 divide: bool = True, fuse: bool = True, state_limit: int = 2_000_000,
-                step_limit: int = 200_000, beam_widths=(8, 32, 128)) -> ScheduleResult:
+                step_limit: int = 200_000, beam_widths=(8, 32, 128), deterministic: bool = False) -> ScheduleResult:
+    """``deterministic``: count ``time_limit`` as deterministic work (same result under any load)."""
     start = time.perf_counter()
-    deadline = Deadline(time_limit)
+    deadline = Deadline.deterministic(time_limit) if deterministic else Deadline(time_limit)
     h_order, h_peak, h_name = heuristic_order(graph)
     order, proven_lb, stats = schedule_parts(graph, deadline, divide=divide, fuse=fuse, strategy=strategy,
                                              state_limit=state_limit, step_limit=step_limit,
@@ -258,10 +259,10 @@ def _peak_candidates(graph: Graph, order: list[int], k: int = 16) -> list[int]:
 
 @register("beam", "beam search over executed-op sets (keeps the best partial schedules per step)")
 def schedule_beam(graph: Graph, *, time_limit: float | None = None, progress=None, width: int = 64,
-                  fuse: bool = True) -> ScheduleResult:
+                  fuse: bool = True, deterministic: bool = False) -> ScheduleResult:
     """Beam search with divide and conquer; never worse than the cheap orders."""
     start = time.perf_counter()
-    deadline = Deadline(time_limit)
+    deadline = Deadline.deterministic(time_limit) if deterministic else Deadline(time_limit)
     h_order, h_peak, _ = heuristic_order(graph)
     order, _, stats = schedule_parts(graph, deadline, fuse=fuse, start_order=h_order, beam_widths=(width,),
                                      strategy="beam-only", progress=progress)

@@ -313,9 +313,12 @@ class _HierProblem(Problem):
 
 @register("hmcos", "HMCOS hierarchical iterative scheduling (sequences, groups, disassembly at the peak)")
 def schedule_hmcos(graph: Graph, *, time_limit: float | None = None, progress=None, max_group: int = 64,
-                   intrusion: bool = True, state_limit: int = 1_000_000) -> ScheduleResult:
+                   intrusion: bool = True, state_limit: int = 1_000_000, deterministic: bool = False,
+                   deadline: Deadline | None = None) -> ScheduleResult:
+    """``deterministic``: count ``time_limit`` as deterministic work; ``deadline``: a budget to share."""
     start = time.perf_counter()
-    deadline = Deadline(time_limit)
+    if deadline is None:
+        deadline = Deadline.deterministic(time_limit) if deterministic else Deadline(time_limit)
     rpo = rpo_order(graph)
     rpo_pos = [0] * graph.num_ops
     for i, v in enumerate(rpo):

@@ -50,6 +50,7 @@ Example
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -144,11 +145,13 @@ def _atom_data(graph: Graph, ops: tuple[int, ...], done_before: int, later: int)
 
 def solve_ilp(graph: Graph, atoms: list[tuple[int, ...]], *, start: int = 0, hint: list[int] | None = None,
               time_limit: float | None = None, max_variables: int = DEFAULT_MAX_VARIABLES,
-              workers: int | None = None, upper: int | None = None) -> IlpResult:
+              workers: int | None = None, upper: int | None = None, deterministic: bool = False) -> IlpResult:
     """Solve the ILP for ``atoms`` (covering a part of the graph) after the ops in ``start`` ran.
 
     ``hint``: an op order of the part used as CP-SAT's starting solution.
     ``upper``: a known achievable peak (tightens ``mem``'s domain).
+    ``deterministic``: ``time_limit`` is CP-SAT's deterministic time, one worker
+    and a fixed seed (the same model always gives the same result).
     """
     try:
         from ortools.sat.python import cp_model
@@ -211,8 +214,10 @@ def solve_ilp(graph: Graph, atoms: list[tuple[int, ...]], *, start: int = 0, hin
             if t not in data[i].kept and t not in data[i].dead:
                 continue  # internal to a fused atom
             rs = readers.get(t, [])
-            last = n if later_use else max([latest[r] for r in rs], default=earliest[i])
-            tracked[t] = (i, earliest[i], max(last, earliest[i]), later_use)
+            # resident from the producer's step to the last reader's: a tensor nobody reads is still
+            # resident at its producer's step, wherever in the producer's window that falls
+            last = n if later_use else max([latest[r] for r in rs] + [latest[i]])
+            tracked[t] = (i, earliest[i], last, later_use)
         elif p < 0 or (start >> p) & 1:
             exists = True
             live = graph.pinned[t] or bool(graph.consumer_mask[t] & ~start)
@@ -269,15 +274,21 @@ def solve_ilp(graph: Graph, atoms: list[tuple[int, ...]], *, start: int = 0, hin
     if hint is not None:
         _add_hint(m, graph, hint, owner, O, T, tracked, data, start)
     solver = cp_model.CpSolver()
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
-    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 2)
+    if deterministic:
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = 0
+        if time_limit is not None:
+            solver.parameters.max_deterministic_time = max(0.1, float(time_limit))
+    else:
+        solver.parameters.num_workers = workers or min(8, os.cpu_count() or 2)
+        if time_limit is not None:
+            solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
     status = solver.Solve(m)
     secs = time.perf_counter() - t_begin
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         name = {cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "no-solution-in-time",
                 cp_model.MODEL_INVALID: "model-invalid"}.get(status, str(status))
-        return IlpResult(None, 0, int(solver.BestObjectiveBound()) if status == cp_model.UNKNOWN else 0, False,
+        return IlpResult(None, 0, _int_bound(solver) if status == cp_model.UNKNOWN else 0, False,
                          name, before, after, secs)
     step_atom = {}
     for i in range(n):
@@ -287,10 +298,15 @@ def solve_ilp(graph: Graph, atoms: list[tuple[int, ...]], *, start: int = 0, hin
     order = [v for j in range(1, n + 1) for v in data[step_atom[j]].ops]
     prob = Problem(graph, ops=part, start=start, fuse=False)  # the part's exact peak in context
     peak = prob.evaluate(order)
-    bound = int(solver.BestObjectiveBound())
     optimal = status == cp_model.OPTIMAL
+    bound = int(round(solver.ObjectiveValue())) if optimal else _int_bound(solver)
     return IlpResult(order, peak, min(bound, peak), optimal, "optimal" if optimal else "feasible", before, after,
                      secs)
+
+
+def _int_bound(solver) -> int:
+    """CP-SAT's proven bound on an integer objective (a float such as 49.9999 means 50)."""
+    return int(math.ceil(solver.BestObjectiveBound() - 1e-6))
 
 
 def _topo(preds, n):
@@ -347,12 +363,16 @@ def _cuts(graph: Graph, order: list[int], part_size: int) -> list[int]:
           exact=True)
 def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None, fuse: bool = True,
                  max_variables: int = DEFAULT_MAX_VARIABLES, part_size: int = 80, workers: int | None = None,
-                 partition: bool | None = None) -> ScheduleResult:
-    """Schedule with the ILP; partition when the model would exceed ``max_variables``."""
+                 partition: bool | None = None, deterministic: bool = False) -> ScheduleResult:
+    """Schedule with the ILP; partition when the model would exceed ``max_variables``.
+
+    Uses all cores unless ``deterministic`` (then one CP-SAT worker on a
+    deterministic time budget: the same graph always gives the same order).
+    """
     start_t = time.perf_counter()
     if graph.num_ops == 0:
         raise MemschedError("the graph has no ops to schedule")
-    deadline = Deadline(time_limit)
+    deadline = Deadline.deterministic(time_limit) if deterministic else Deadline(time_limit)
     h_order, h_peak, h_name = heuristic_order(graph)
     b_order, b_peak = beam_search(Problem(graph), 32, deadline=deadline.sub(2.0))
     if b_order is not None and b_peak < h_peak:  # a better starting solution for CP-SAT
@@ -365,9 +385,9 @@ def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None
     whole = None
     if partition is not True:
         try:
-            rem = deadline.remaining()
-            whole = solve_ilp(graph, atoms, hint=h_order, time_limit=None if rem is None else 0.85 * rem,
-                              max_variables=max_variables, workers=workers, upper=h_peak)
+            secs, det = deadline.solver_seconds(0.85)
+            whole = solve_ilp(graph, atoms, hint=h_order, time_limit=secs, max_variables=max_variables,
+                              workers=workers, upper=h_peak, deterministic=det)
         except UnsupportedError as e:
             if partition is False:
                 raise
@@ -399,10 +419,9 @@ def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None
         prefix, mask = bitset(order[:a]), bitset(order[a:b])
         p_atoms = ilp_atoms(graph, mask, fuse=fuse)
         try:
-            rem = deadline.remaining()
-            res = solve_ilp(graph, p_atoms, start=prefix, hint=order[a:b],
-                            time_limit=None if rem is None else 0.85 * rem,
-                            max_variables=max_variables, workers=workers, upper=part_peaks[k])
+            secs, det = deadline.solver_seconds(0.85)
+            res = solve_ilp(graph, p_atoms, start=prefix, hint=order[a:b], time_limit=secs,
+                            max_variables=max_variables, workers=workers, upper=part_peaks[k], deterministic=det)
         except UnsupportedError:
             continue
         solved += 1
