@@ -8,6 +8,7 @@ from . import baselines  # noqa: F401,I001  program, kahn, rpo
 from . import greedy  # noqa: F401
 from . import dp  # noqa: F401
 from . import hmcos  # noqa: F401
+from . import learned  # noqa: F401
 from . import ilp  # noqa: F401
 from . import auto  # noqa: F401
 from .base import Deadline, ScheduleResult, make_result

@@ -12,7 +12,9 @@ Phases, each only while time remains and the peak is not yet proven optimal:
 5. exact optima of relaxed windows around the peak (:mod:`.lower`), more bounds;
 6. the ILP (:mod:`.ilp`) on graphs whose fused ILP is small, where CP-SAT
    wins on multi-branch topologies;
-7. further registered phases (:data:`EXTRA_PHASES`) and HMCOS on mid-sized graphs;
+7. further registered phases (:data:`EXTRA_PHASES`: the learned scheduler's
+   beam decode) and HMCOS on mid-sized graphs; on large graphs the learned
+   scheduler's greedy decode is also one of the phase-1 starting orders;
 8. exact re-optimization of windows around the peak (:mod:`.window`) with the
    time left.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from ..core.errors import MemschedError
 from ..core.graph import Graph
 from ..core.orders import kahn_order, program_order, rpo_order
 from ..core.simulate import peak_of_ids, simulate
@@ -41,6 +44,8 @@ from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bou
 from .dp import _peak_candidates, schedule_parts
 from .greedy import greedy_order
 from .hmcos import schedule_hmcos
+from .learned import auto_phase as _learned_phase
+from .learned import learned_order
 from .lower import windows_lower_bound
 from .registry import register
 from .search import Problem, beam_search
@@ -51,7 +56,10 @@ __all__ = ["schedule_auto", "EXTRA_PHASES", "DEFAULT_TIME_LIMIT"]
 DEFAULT_TIME_LIMIT = 5.0
 
 # name -> fn(graph, deadline, incumbent_order, proven_lower, progress) -> (order | None, proven_lower)
-EXTRA_PHASES: dict[str, Callable] = {}
+EXTRA_PHASES: dict[str, Callable] = {"learned": _learned_phase}
+
+#: graphs at least this large also get the learned scheduler's greedy decode as a fast start
+LEARNED_FAST_START_OPS = 200
 
 
 class _Portfolio:
@@ -97,6 +105,12 @@ def schedule_auto(graph: Graph, *, time_limit: float | None = DEFAULT_TIME_LIMIT
                      ("greedy", greedy_order)):
         t0 = time.perf_counter()
         pf.offer(name, fn(graph), t0)
+    if not pf.done and graph.num_ops >= LEARNED_FAST_START_OPS:
+        t0 = time.perf_counter()
+        try:
+            pf.offer("learned-greedy", learned_order(graph, deadline=pf.share(0.05)), t0)
+        except MemschedError:
+            pass  # no trained weights: skip the fast start
     if not pf.done and graph.num_ops:
         t0 = time.perf_counter()
         share = pf.share(0.15)
