@@ -213,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .micro.cli import add_parser as add_micro_parser
     add_micro_parser(sub)
 
+    from .tflite.cli import add_parsers as add_tflite_parsers
+    add_tflite_parsers(sub)
+
     s = sub.add_parser("bench", help="benchmark report on zoo models (TVM default vs ours, all schedulers)")
     s.add_argument("--quick", action="store_true", help="a small subset in a few minutes")
     s.add_argument("--models", nargs="*", help="zoo model names ('default' = the default model)")

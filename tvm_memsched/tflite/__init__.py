@@ -1,18 +1,36 @@
-"""TFLite flatbuffers: building, reading and rewriting ``.tflite`` files.
+"""TFLite flatbuffers: building, reading and rewriting ``.tflite`` files; TFLM offline plans; Coral pipelines.
 
-Importing this package is cheap; the flatbuffer schema (from the ``ai_edge_litert``
-or ``tflite_micro`` wheel) is loaded on first use of :mod:`.builder`::
+Modules (one job each; all import lazily, so importing this package is cheap):
 
-    from tvm_memsched.tflite import builder
-    model = builder.load(open("model.tflite", "rb").read())
+* :mod:`.builder` - generic flatbuffer builder, ``load``/``serialize`` (byte-identical round trips);
+* :mod:`.reader` - ``.tflite`` -> core :class:`~tvm_memsched.core.Graph` (+ index mappings, clear errors);
+* :mod:`.reorder` - write the operators in a given order;
+* :mod:`.offline_plan` - our arena plan as TFLite Micro ``OfflineMemoryAllocation`` metadata;
+* :mod:`.verify` - LiteRT bit-identical comparison (file order), TFLM arena measurement;
+* :mod:`.optimize` - the end-to-end ``tvm-memsched tflite`` pipeline;
+* :mod:`.coral` - Edge TPU pipeline cost model, exact segmentation, segment writer;
+* :mod:`.cli` - the ``tflite`` and ``coral`` sub-commands.
+
+Example
+-------
+>>> from tvm_memsched import tflite, zoo
+>>> r = tflite.optimize_tflite(zoo.tflite("swiftnet_like", "int8"), offline_plan=True, time_limit=2)
+>>> r.predicted["out_plan"] < r.predicted["in"]
+True
 """
 
 import importlib
 
-__all__ = ["builder"]
+__all__ = ["builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "cli",
+           "read_tflite", "optimize_tflite", "segment"]
+
+_MODULES = {"builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "cli"}
+_FUNCTIONS = {"read_tflite": "reader", "optimize_tflite": "optimize", "segment": "coral"}
 
 
 def __getattr__(name):
-    if name == "builder":
-        return importlib.import_module(".builder", __name__)
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _FUNCTIONS:
+        return getattr(importlib.import_module(f".{_FUNCTIONS[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,197 @@
+"""The ``tvm-memsched tflite`` and ``tvm-memsched coral`` commands.
+
+::
+
+    tvm-memsched tflite IN.tflite --output OUT.tflite [--method M] [--offline-plan] [--report]
+    tvm-memsched coral MODEL.tflite --stages K --out DIR [--fixed-order] [--time-limit S]
+
+A model is a ``.tflite`` path or ``zoo:NAME`` / ``zoo:NAME:int8`` (a zoo model
+written on the fly). :func:`add_parsers` registers both sub-commands on the
+main parser's sub-parsers; :func:`run_tflite` and :func:`run_coral` execute
+them. Errors caused by the input are
+:class:`~tvm_memsched.core.errors.MemschedError`\\ s (one line, exit code 2 in
+the main CLI); outputs that are not bit-identical in LiteRT exit with 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+__all__ = ["add_parsers", "run_tflite", "run_coral", "load_source"]
+
+
+def load_source(spec: str):
+    """The :class:`~.reader.TFLiteGraph` of a ``.tflite`` path or ``zoo:NAME[:int8|:float32]``."""
+    from ..core.errors import InputFileError
+    from .reader import read_tflite
+
+    if spec.startswith("zoo:"):
+        from .. import zoo
+
+        parts = spec[4:].split(":")
+        name, dtype = parts[0], (parts[1] if len(parts) > 1 else "float32")
+        if len(parts) > 2 or dtype not in ("float32", "int8"):
+            raise InputFileError(f"bad zoo model spec '{spec}': use zoo:NAME or zoo:NAME:int8")
+        zoo.info(name)   # raises a clear error for unknown names
+        return read_tflite(zoo.tflite(name, dtype), name=name + ("_int8" if dtype == "int8" else ""), label=spec)
+    return read_tflite(spec)
+
+
+def _progress(args):
+    if getattr(args, "quiet", False):
+        return None
+    from ..core.progress import ProgressLog
+
+    return ProgressLog(prefix="  ")
+
+
+def _write(path: str, data: bytes) -> None:
+    from ..core.errors import InputFileError
+
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise InputFileError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _table(rows: list, header: list) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def add_parsers(subparsers) -> None:
+    """Add the ``tflite`` and ``coral`` sub-commands to ``subparsers`` (an argparse sub-parsers object)."""
+    from ..schedulers import available_methods
+
+    s = subparsers.add_parser(
+        "tflite", help="reorder a .tflite for less activation memory (optionally with a TFLM offline plan)",
+        description="Schedule the operators of a .tflite model to minimise peak activation memory and write a "
+                    ".tflite whose operator list follows the schedule. With --offline-plan, also write our arena "
+                    "offsets as OfflineMemoryAllocation metadata for TensorFlow Lite Micro. --report measures "
+                    "TFLM's arena for IN, OUT and OUT + plan and checks bit-identical LiteRT outputs.")
+    s.add_argument("model", metavar="IN.tflite", help="a .tflite file, or zoo:NAME[:int8]")
+    s.add_argument("--output", "-o", required=True, metavar="OUT.tflite")
+    s.add_argument("--method", default="auto", choices=available_methods(), help="scheduler (default auto)")
+    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="scheduler time limit")
+    s.add_argument("--offline-plan", action="store_true",
+                   help="write the arena plan as OfflineMemoryAllocation metadata (TFLite Micro)")
+    s.add_argument("--report", action="store_true",
+                   help="measure TFLM arenas (IN / OUT / OUT + plan) and check LiteRT outputs bit for bit")
+    s.add_argument("--json", metavar="REPORT.json", help="also write the figures as JSON")
+    s.add_argument("--quiet", "-q", action="store_true")
+    s.set_defaults(fn=run_tflite)
+
+    s = subparsers.add_parser(
+        "coral", help="split a .tflite into K pipeline segments for K Coral Edge TPUs",
+        description="Split the scheduled model into K contiguous segments minimising the slowest stage of a "
+                    "K-Edge-TPU pipeline (cost model: compute, parameters over the 8 MiB SRAM, activations "
+                    "crossing cuts). Writes K .tflite segments and manifest.json, and checks that the chained "
+                    "segments give bit-identical outputs in LiteRT.")
+    s.add_argument("model", metavar="MODEL.tflite", help="a .tflite file, or zoo:NAME[:int8]")
+    s.add_argument("--stages", "-k", type=int, required=True, metavar="K", help="number of Edge TPUs")
+    s.add_argument("--out", "-o", required=True, metavar="DIR", help="output directory")
+    s.add_argument("--method", default="auto", choices=available_methods(),
+                   help="scheduler giving the base order (default auto)")
+    s.add_argument("--fixed-order", action="store_true",
+                   help="only cut the scheduled order (dynamic programming); default: also let CP-SAT "
+                        "change the order")
+    s.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS",
+                   help="CP-SAT time limit (default 10)")
+    s.add_argument("--tops", type=float, default=None, help="Edge TPU int8 peak in TOPS (default 4)")
+    s.add_argument("--utilization", type=float, default=None, help="effective fraction of the peak (default 0.15)")
+    s.add_argument("--sram-mib", type=float, default=None, help="on-chip parameter SRAM in MiB (default 8)")
+    s.add_argument("--bandwidth-mbps", type=float, default=None, metavar="MB/S",
+                   help="host link bandwidth for parameters and activations in MB/s (default 320, USB 3.0)")
+    s.add_argument("--no-verify", action="store_true", help="skip the LiteRT check of the chained segments")
+    s.add_argument("--quiet", "-q", action="store_true")
+    s.set_defaults(fn=run_coral)
+
+
+def run_tflite(args) -> int:
+    """Execute ``tvm-memsched tflite``; returns the exit code."""
+    from .optimize import optimize_tflite
+
+    tg = load_source(args.model)
+    name = tg.graph.name
+    res = optimize_tflite(tg, method=args.method, time_limit=args.time_limit, offline_plan=args.offline_plan,
+                          measure=args.report, verify=args.report, progress=_progress(args))
+    _write(args.output, res.output)
+    if args.json:
+        _write(args.json, (json.dumps(res.to_dict(), indent=1) + "\n").encode())
+    g = tg.graph
+    p = res.predicted
+    line = (f"{name}: {g.num_ops} ops; peak {res.peaks['in']} -> {res.schedule.peak_bytes} bytes ({args.method}); "
+            f"TFLM head (predicted) IN {p['in']}, OUT {p['out']}")
+    if "out_plan" in p:
+        line += f", OUT + plan {p['out_plan']}"
+    print(line)
+    if args.report:
+        print(res.table())
+    for n in res.notes:
+        print(f"note: {n}")
+    what = "with offline plan" if res.used_plan else "no offline plan"
+    print(f"wrote {args.output} ({len(res.output)} bytes, {what})")
+    if args.report and any(not v["identical"] for v in res.litert.values()):
+        print("tvm-memsched: error: LiteRT outputs of the rewritten model differ from the original", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_coral(args) -> int:
+    """Execute ``tvm-memsched coral``; returns the exit code."""
+    from ..core.errors import MemschedError
+    from .coral import DEFAULT_COST_MODEL, EdgeTpuCostModel, coral_export
+
+    if args.stages < 1:
+        raise MemschedError(f"--stages must be at least 1, got {args.stages}")
+    cm = DEFAULT_COST_MODEL
+    over = {}
+    if args.tops is not None:
+        over["peak_tops"] = args.tops
+    if args.utilization is not None:
+        over["utilization"] = args.utilization
+    if args.sram_mib is not None:
+        over["sram_bytes"] = int(args.sram_mib * 2 ** 20)
+    if args.bandwidth_mbps is not None:
+        over["host_bandwidth"] = over["link_bandwidth"] = args.bandwidth_mbps * 1e6
+    if over:
+        cm = EdgeTpuCostModel(**{**cm.__dict__, **over})
+    tg = load_source(args.model)
+    man, seg = coral_export(tg, args.stages, args.out, method=args.method, free_order=not args.fixed_order,
+                            time_limit=args.time_limit, cost_model=cm, verify=not args.no_verify,
+                            source=None if args.model.startswith("zoo:") else os.path.abspath(args.model),
+                            progress=_progress(args))
+    rows = []
+    for s in man["segments"]:
+        rows.append([str(s["index"]), s["file"], str(s["ops"]), f"{s['param_bytes'] / 1024:.1f}",
+                     f"{s['macs'] / 1e6:.2f}", f"{s['in_bytes'] / 1024:.1f}", f"{s['out_bytes'] / 1024:.1f}",
+                     f"{s['compute_ms']:.4f}", f"{s['stream_ms']:.4f}", f"{s['transfer_ms']:.4f}",
+                     f"{s['time_ms']:.4f}"])
+    print(_table(rows, ["stage", "file", "ops", "params KiB", "MMACs", "in KiB", "out KiB", "compute ms",
+                        "stream ms", "transfer ms", "stage ms"]))
+    sol, pred = man["solver"], man["predicted"]
+    print(f"bottleneck {pred['bottleneck_ms']:.4f} ms ({pred['throughput_per_s']:.1f} inferences/s, "
+          f"{pred['speedup_vs_single_tpu']:.2f}x one Edge TPU at {pred['single_tpu_ms']:.4f} ms); "
+          f"{sol['method']}, {'proven optimal' if sol['optimal'] else 'lower bound %.4f ms' % sol['lower_bound_ms']}"
+          f"{' over all orders' if sol['free_order'] else ' for the scheduled order'}")
+    val = man.get("validation")
+    if val:
+        print(f"LiteRT: chained segments vs whole model: {'bit-identical' if val['identical'] else 'DIFFERENT'} "
+              f"({val['trials']} random inputs)")
+    print(f"wrote {len(man['segments'])} segments and manifest.json to {args.out}")
+    if man["edgetpu_compatible"]:
+        print("next, compile each segment for its Edge TPU (in " + args.out + "):")
+        for c in man["edgetpu_compiler"]:
+            print("  " + c)
+    else:
+        print("note: " + man["edgetpu_note"])
+    if val and not val["identical"]:
+        print("tvm-memsched: error: chained segments differ from the whole model", file=sys.stderr)
+        return 1
+    return 0
+
