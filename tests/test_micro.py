@@ -17,16 +17,12 @@ from tvm_memsched.cli import main as cli_main
 from tvm_memsched.core.errors import MemschedError, UnsupportedError
 from tvm_memsched.micro.kernels import workspace_need, workspace_requests
 from tvm_memsched.micro.toolchain import ToolchainError
-from tvm_memsched.relax.testing import branchy_module, random_module
+from tvm_memsched.relax.testing import branchy_module, random_module, weight
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ------------------------------------------------------------------ models
-def _w(rng, *shape):
-    return relax.const((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) or 1)).astype("float32"))
-
-
 def nas_cell(channels=8, size=24, branches=4, seed=0):
     """Parallel 3x3 branches emitted level by level, concat, 1x1, pool (TVM's order is wasteful)."""
     rng = np.random.default_rng(seed)
@@ -35,11 +31,11 @@ def nas_cell(channels=8, size=24, branches=4, seed=0):
     x = relax.Var("x", relax.TensorType([1, c, size, size], "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            wide = [bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, _w(rng, 2 * c, c, 3, 3), padding=(1, 1))))
+            wide = [bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, weight(rng, 2 * c, c, 3, 3), padding=(1, 1))))
                     for _ in range(branches)]
-            outs = [bb.emit(relax.op.nn.conv2d(h, _w(rng, c, 2 * c, 1, 1))) for h in wide]
+            outs = [bb.emit(relax.op.nn.conv2d(h, weight(rng, c, 2 * c, 1, 1))) for h in wide]
             cat = bb.emit(relax.op.concat(outs, axis=1))
-            y = bb.emit(relax.op.nn.conv2d(cat, _w(rng, c, branches * c, 1, 1)))
+            y = bb.emit(relax.op.nn.conv2d(cat, weight(rng, c, branches * c, 1, 1)))
             y = bb.emit(relax.op.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2)))
             y = bb.emit_output(relax.op.nn.relu(y))
         bb.emit_func_output(y)
@@ -55,7 +51,7 @@ def views_and_aliases():
         with bb.dataflow():
             flat = bb.emit(relax.op.reshape(x, (1, 256)))
             a = bb.emit(relax.op.nn.relu(x))
-            b = bb.emit(relax.op.nn.conv2d(a, _w(rng, 4, 4, 3, 3), padding=(1, 1)))
+            b = bb.emit(relax.op.nn.conv2d(a, weight(rng, 4, 4, 3, 3), padding=(1, 1)))
             c = bb.emit(relax.op.add(relax.op.reshape(b, (1, 256)), flat))
             f = bb.emit(relax.op.reshape(c, (4, 64)))
             out = bb.emit_output(relax.Tuple([f, f, x, relax.op.sigmoid(flat)]))

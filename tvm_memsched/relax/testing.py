@@ -19,10 +19,11 @@ import random
 import numpy as np
 from tvm import relax
 
-__all__ = ["branchy_module", "random_module"]
+__all__ = ["branchy_module", "random_module", "weight"]
 
 
-def _w(rng: np.random.Generator, *shape, scale: float = 1.0) -> relax.Constant:
+def weight(rng: np.random.Generator, *shape, scale: float = 1.0) -> relax.Constant:
+    """A constant weight of ``shape`` with fan-in-scaled normal values (activations stay O(1))."""
     fan_in = int(np.prod(shape[1:])) or 1
     return relax.const((rng.standard_normal(shape) * scale / np.sqrt(fan_in)).astype("float32"))
 
@@ -37,11 +38,11 @@ def branchy_module(branches: int = 4, channels: int = 8, size: int = 16, seed: i
         with bb.dataflow():
             outs = []
             for _ in range(branches):
-                a = bb.emit(relax.op.nn.conv2d(x, _w(rng, 2 * c, c, 3, 3), padding=(1, 1)))
+                a = bb.emit(relax.op.nn.conv2d(x, weight(rng, 2 * c, c, 3, 3), padding=(1, 1)))
                 a = bb.emit(relax.op.nn.relu(a))
-                outs.append(bb.emit(relax.op.nn.conv2d(a, _w(rng, c, 2 * c, 1, 1))))
+                outs.append(bb.emit(relax.op.nn.conv2d(a, weight(rng, c, 2 * c, 1, 1))))
             cat = bb.emit(relax.op.concat(outs, axis=1))
-            y = bb.emit_output(relax.op.nn.conv2d(cat, _w(rng, c, c * branches, 1, 1)))
+            y = bb.emit_output(relax.op.nn.conv2d(cat, weight(rng, c, c * branches, 1, 1)))
         bb.emit_func_output(y)
     return bb.finalize()
 
@@ -64,8 +65,8 @@ def random_module(seed: int = 0, n_ops: int = 12, channels=(4, 8, 16), size: int
     weights: list[relax.Var] = []
     values = []
 
-    def weight(*shape):
-        const = _w(rng, *shape)
+    def param(*shape):
+        const = weight(rng, *shape)
         if not params_as_inputs:
             return const
         v = relax.Var(f"w{len(weights)}", relax.TensorType(list(shape), "float32"))
@@ -111,7 +112,7 @@ def random_module(seed: int = 0, n_ops: int = 12, channels=(4, 8, 16), size: int
             wshapes.append((cin, 1, 3, 3))
         else:
             wshapes.append(None)
-    ws = [weight(*s) if s is not None else None for s in wshapes]
+    ws = [param(*s) if s is not None else None for s in wshapes]
     params = [x] + weights
     with bb.function("main", params):
         with bb.dataflow():
