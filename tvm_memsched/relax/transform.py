@@ -4,7 +4,10 @@
   (:func:`tvm_memsched.relax.reorder.reorder_module`);
 * :class:`ArenaPlanMemory` replaces ``relax.transform.StaticPlanBlockMemory``
   with one offset-planned arena per function and scope
-  (:func:`tvm_memsched.relax.arena.plan_module`).
+  (:func:`tvm_memsched.relax.arena.plan_module`);
+* :class:`IdentityRewrite` applies exact graph rewrites (SERENITY's channel- and
+  kernel-wise partitioning and more) where they lower the scheduled peak
+  (:func:`tvm_memsched.relax.rewrite.identity_rewrite`); run it at operator level.
 
 Options are constructor arguments (pass-config keys cannot be registered from
 Python). After a pass has run, ``pass_instance.report`` holds what it did.
@@ -25,9 +28,10 @@ import tvm
 from .arena import plan_module
 from .inline import inline_padding
 from .reorder import reorder_module
+from .rewrite import identity_rewrite
 from .workspace import WorkspaceMeter
 
-__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "InlinePadding"]
+__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "InlinePadding", "IdentityRewrite"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")
@@ -70,8 +74,8 @@ class ArenaPlanMemory:
     alignment : int
         Offset alignment in bytes (64 keeps ``ensure_zero_offset`` zero-copy on CPU).
     exact : bool
-        Also run CP-SAT on the placement (needs OR-Tools) when the greedy portfolio
-        does not reach the live-peak lower bound.
+        Also run CP-SAT on the placement when the greedy portfolio does not reach
+        the live-peak lower bound (within ``time_limit``; skipped without OR-Tools).
     time_limit : float
         Seconds for the placement search per function and scope.
     workspace : {None, "lowered", "tir"}
@@ -82,7 +86,7 @@ class ArenaPlanMemory:
         Target for measuring workspace (default: the current target).
     """
 
-    def __init__(self, alignment: int = 64, exact: bool = False, time_limit: float | None = 2.0,
+    def __init__(self, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
                  workspace: str | None = None, target=None):
         self.alignment, self.exact, self.time_limit = alignment, exact, time_limit
         self.workspace, self.target = workspace, target
@@ -112,4 +116,52 @@ class InlinePadding:
 
     def transform_module(self, mod, ctx):
         new_mod, self.report = inline_padding(mod)
+        return new_mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="IdentityRewrite")
+class IdentityRewrite:
+    """Rewrite concat patterns into mathematically identical ones with smaller peaks.
+
+    Run at operator level (right after import, before legalization), e.g. in a
+    ``tvm.transform.Sequential`` before :class:`MemoryAwareReorder`. The rules and
+    the policies are described in :mod:`tvm_memsched.relax.rewrite`; after the
+    pass has run, ``report`` is a :class:`~tvm_memsched.relax.rewrite.RewriteReport`
+    (the rewritten sites and the scheduled peak of every block before and after).
+
+    Parameters
+    ----------
+    rules : list of str, optional
+        Rule names and ``"merge_duplicates"`` (default: all).
+    policy : {"if-better", "always"}
+        Keep a rewrite only where the scheduled peak goes down, or apply every one.
+    method : str
+        Scheduler used to evaluate blocks (default ``"beam"``: deterministic and
+        fast; ``"auto"``, ``"dp"``, ... with a ``time_limit`` search harder).
+    time_limit : float, optional
+        Seconds per evaluation.
+    max_passes : int
+        Greedy passes over the sites (``"if-better"``).
+    level : {"best", "kernel", "operator"}
+        Score blocks after TVM's legalization and fusion, as they are, or run
+        both searches and keep the better result (default).
+    target : Target, optional
+        Target for the legalization (default: the current target, else llvm).
+    **options
+        Passed to the scheduler (e.g. ``state_limit`` for ``"dp"``).
+    """
+
+    def __init__(self, rules=None, policy: str = "if-better", method: str = "beam",
+                 time_limit: float | None = None, max_passes: int = 2, level: str = "best", target=None,
+                 **options):
+        self.rules, self.policy, self.method = rules, policy, method
+        self.time_limit, self.max_passes, self.options = time_limit, max_passes, options
+        self.level, self.target = level, target
+        self.report = None
+
+    def transform_module(self, mod, ctx):
+        target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
+        new_mod, self.report = identity_rewrite(mod, rules=self.rules, policy=self.policy, method=self.method,
+                                                time_limit=self.time_limit, max_passes=self.max_passes,
+                                                level=self.level, target=target, **self.options)
         return new_mod
