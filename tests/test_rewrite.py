@@ -545,11 +545,33 @@ def test_pass_in_sequential_before_memory_aware_reorder():
 
 
 def test_compare_after_rewriting():
-    """compare()/pipeline() run extra passes after FuseTIR, so the rewrite is applied to the module first."""
+    """compare(rewrite=...) rewrites our side before legalization; numerics are checked against TVM's default
+    build of the original module; the result equals rewriting the module by hand first."""
     mod = branchy_module(branches=4, channels=8, size=16)
-    rewritten = IdentityRewrite(method="dp")(mod)
-    c = compare(rewritten, LLVM, method="dp")
-    assert c.numerics_ok
+    c = compare(mod, LLVM, method="dp", rewrite={"method": "dp"})
+    assert c.numerics_ok and c.rewrites
+    assert {r["rule"] for r in c.rewrites} == {"conv_channel_partition"}
+    assert "identity rewrites on our side" in c.summary()
+    by_hand = compare(IdentityRewrite(method="dp")(mod), LLVM, method="dp", run=False)
+    assert c.memsched_planned_bytes == by_hand.memsched_planned_bytes
     base = compare(mod, LLVM, method="dp", run=False)
-    assert c.memsched_planned_bytes <= base.memsched_planned_bytes
-    check_numerics(mod, rewritten)
+    assert not base.rewrites and c.memsched_planned_bytes < base.memsched_planned_bytes
+
+
+def test_cli_compare_rewrite(tmp_path):
+    """tvm-memsched compare --rewrite always: rewrites reported, numerics checked against TVM's default build."""
+    import os
+    import subprocess
+    import sys
+
+    model = tmp_path / "small.tflite"
+    model.write_bytes(net_to_tflite(small_net()))
+    out = tmp_path / "c.json"
+    proc = subprocess.run([sys.executable, "-m", "tvm_memsched", "compare", str(model), "--method", "dp",
+                           "--rewrite", "always", "--json", str(out), "-q"], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, CI="true"))
+    assert proc.returncode == 0, proc.stderr
+    assert "identity rewrites on our side" in proc.stdout
+    d = json.loads(out.read_text())
+    assert d["numerics_ok"]
+    assert {"conv_channel_partition", "grouped_conv_partition"} <= {r["rule"] for r in d["rewrites"]}

@@ -123,7 +123,8 @@ def cmd_compare(args) -> int:
 
     mod, name = load_relax_model(args.model)
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
-                progress=_progress(args), run=not args.no_run)
+                progress=_progress(args), run=not args.no_run,
+                rewrite={"policy": args.rewrite} if args.rewrite else False)
     print(c.summary())
     if args.json:
         _write_json(args.json, c.to_dict())
@@ -207,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="llvm", help="TVM target kind (default llvm)")
     s.add_argument("--json", metavar="OUT.json", help="also write the comparison as JSON")
     s.add_argument("--no-run", action="store_true", help="skip the numerical check")
+    s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
+                   help="apply identity graph rewriting on our side first (policy, default if-better)")
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=cmd_compare)
 

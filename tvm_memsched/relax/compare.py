@@ -4,7 +4,9 @@ Both builds share the stages before the planner's inputs diverge (dispatch,
 legalization, fusion), then:
 
 * **default**: TVM's order and ``StaticPlanBlockMemory``;
-* **memsched**: ``MemoryAwareReorder`` and ``ArenaPlanMemory``.
+* **memsched**: ``MemoryAwareReorder`` and ``ArenaPlanMemory`` (with
+  ``rewrite=True``, on the module after :func:`~tvm_memsched.relax.rewrite.identity_rewrite`,
+  so the numerical check covers the rewrites too).
 
 Planned bytes are measured from the lowered modules (the ``alloc_storage``
 sizes right after planning; function outputs are not planned by either). The
@@ -69,6 +71,7 @@ class Comparison:
     default_profile: list = field(default_factory=list)   # stable bytes per kernel step, TVM's order
     memsched_profile: list = field(default_factory=list)  # the same for our order
     layout: list = field(default_factory=list)            # our arena: (name, scope, offset, size, start, end)
+    rewrites: list = field(default_factory=list)          # identity rewrites applied to our side (rule, var, ...)
 
     @property
     def ratio(self) -> float:
@@ -103,6 +106,9 @@ class Comparison:
             f"  compile: TVM {self.default_compile_seconds:.2f}s, ours {self.memsched_compile_seconds:.2f}s "
             f"(scheduling {self.scheduling_seconds:.2f}s)",
         ]
+        if self.rewrites:
+            rules = sorted({r["rule"] for r in self.rewrites})
+            lines.insert(1, f"  identity rewrites on our side: {len(self.rewrites)} ({', '.join(rules)})")
         return "\n".join(lines)
 
 
@@ -169,8 +175,12 @@ def run_vm(ex, inputs, func: str = "main") -> list[np.ndarray]:
 
 def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
             seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
-            **options) -> Comparison:
-    """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs)."""
+            rewrite=False, **options) -> Comparison:
+    """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
+
+    ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
+    side first (``True``, or a dict of its options such as ``{"policy": "always"}``).
+    """
     target = as_target(target)
     st = stages(target)
     names = [p.info.name for p in st["finalize"]]
@@ -195,8 +205,19 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         t_default = time.perf_counter() - t0 + t_common
         # ---- ours (extra passes such as InlinePadding run after FuseTIR, as in pipeline())
         t0 = time.perf_counter()
-        m_fused = tvm.transform.Sequential(extra)(fused) if extra else fused
-        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if extra else meter
+        rewrites = []
+        if rewrite:
+            from .rewrite import identity_rewrite
+
+            kw = dict(rewrite) if isinstance(rewrite, dict) else {}
+            kw.setdefault("target", target)
+            r_mod, r_report = identity_rewrite(mod, **kw)
+            rewrites = [asdict(site) for site in r_report.sites]
+            m_base = tvm.transform.Sequential(st["dispatch"] + st["legalize"])(r_mod) if rewrites else fused
+        else:
+            m_base = fused
+        m_fused = tvm.transform.Sequential(extra)(m_base) if extra else m_base
+        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (extra or m_base is not fused) else meter
         p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, **options)
         reorder, arena = p.reorder, p.arena
         m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
@@ -236,7 +257,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         functions=[f.to_dict() for f in arena.report], blocks=blocks,
         default_storages={k2: list(v) for k2, v in d_storages.items()},
         default_profile=_profile(d_graphs), memsched_profile=_profile(m_graphs),
-        layout=[list(x) for f in arena.report for x in f.layout])
+        layout=[list(x) for f in arena.report for x in f.layout], rewrites=rewrites)
 
 
 def _profile(graphs) -> list[int]:
