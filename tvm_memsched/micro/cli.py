@@ -42,6 +42,9 @@ def add_parser(subparsers):
     s.add_argument("--compare-default", action="store_true",
                    help="also plan with TVM's default order and planner and compare both against the board")
     s.add_argument("--inline-padding", action="store_true", help="inline convolution padding (less workspace)")
+    s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
+                   help="identity graph rewriting first (policy, default if-better); --run then checks "
+                        "the outputs against TVM on the original model")
     s.add_argument("--greedy-arena", action="store_true",
                    help="keep the greedy tensor placement (default: CP-SAT when greedy misses the live-peak bound)")
     s.add_argument("--run", action="store_true", help="build and run on QEMU (or the host with --host), "
@@ -81,6 +84,14 @@ def run(args) -> int:
 
         progress = ProgressLog(prefix="  ")
     mod, model_name = load_relax_model(args.model)
+    original = mod
+    if args.rewrite:
+        from ..relax.rewrite import identity_rewrite
+
+        mod, rw = identity_rewrite(mod, policy=args.rewrite)
+        rules = sorted({site.rule for site in rw.sites})
+        print(f"identity rewrites: {len(rw.sites)}" + (f" ({', '.join(rules)})" if rules else "")
+              + f"; scheduled peak {rw.peak_before:,} -> {rw.peak_after:,} B")
     exp = export(mod, board, args.out, args.method, name=args.name, planner=args.planner,
                  time_limit=args.time_limit, inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
@@ -92,9 +103,11 @@ def run(args) -> int:
         if not exp.fits and not args.no_check_fit:
             raise DoesNotFitError(_does_not_fit_message(exp), exp)
         if args.run:
-            from .run import run_host, run_qemu
+            from .run import default_inputs, reference_outputs, run_host, run_qemu
 
-            r = (run_host if args.host else run_qemu)(exp, seed=args.seed)
+            inputs = default_inputs(exp, args.seed)
+            reference = reference_outputs(original, inputs) if original is not mod else None
+            r = (run_host if args.host else run_qemu)(exp, inputs, reference=reference)
             print(r.summary())
             report["run"] = {"mode": r.mode, "max_abs_err": r.max_abs_err, "ok": r.ok, "seconds": r.seconds,
                              "instructions": r.instructions, "stack_used": r.stack_used,
