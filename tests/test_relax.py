@@ -11,12 +11,15 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import tvm_memsched
-from tvm_memsched.core import simulate
+from strategies import brute_force_optimum
+from tvm_memsched.core import random_dag, simulate
+from tvm_memsched.core.simulate import peak_bytes
 from tvm_memsched.core.arena import Buffer, check_plan
 from tvm_memsched.relax.arena import collect_plans, plan_module
 from tvm_memsched.relax.compare import compare, random_inputs, run_vm
 from tvm_memsched.relax.graph import block_to_graph
 from tvm_memsched.relax.pipeline import pipeline, stages
+from tvm_memsched.relax.reorder import _best_order
 from tvm_memsched.relax.testing import branchy_module, random_module
 from tvm_memsched.transform import ArenaPlanMemory, InlinePadding, MemoryAwareReorder
 
@@ -272,3 +275,22 @@ def test_torch_import_end_to_end():
     assert c.numerics_ok
     ours = run(mod, [x.numpy()], pipeline(LLVM, method="dp"))[0]
     np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------ objective with kernel workspace
+@pytest.mark.parametrize("seed", range(10))
+def test_reorder_objective_tensor_peak_first_or_with_workspace_first(seed):
+    """The VM (workspace in a separate pool) gets the optimal tensor peak; the micro export (workspace in the
+    arena) gets the optimal peak with workspace; neither is worse than the incoming order on its own ranking."""
+    g = random_dag(10, seed=seed, workspace_prob=0.6, sizes=(1, 64))
+    plain = g.without_workspace()
+    program = [op.name for op in g.ops]
+    for shared, first, second in ((True, g, plain), (False, plain, g)):
+        order, res, before, after = _best_order(g, "dp", None, None, {}, shared)
+        assert g.is_topological(order)
+        assert before == (peak_bytes(g, program), peak_bytes(plain, program))
+        assert after == (peak_bytes(g, order), peak_bytes(plain, order))
+        assert peak_bytes(first, order) == brute_force_optimum(first)
+        rank = (lambda pk: pk) if shared else (lambda pk: (pk[1], pk[0]))
+        assert rank(after) <= rank(before)
+        assert res.optimal and res.peak_bytes == brute_force_optimum(first)

@@ -412,6 +412,16 @@ class Graph:
             return False
         return True
 
+    def without_workspace(self) -> "Graph":
+        """The same graph with every op's ``workspace_bytes`` set to 0.
+
+        >>> g = Graph([("a", 4), ("b", 4)], [Op("f", ["a"], ["b"], workspace_bytes=8)], ["a"], ["b"])
+        >>> g.without_workspace().ops[0].workspace_bytes, g.ops[0].workspace_bytes
+        (0, 8)
+        """
+        ops = [Op(op.name, op.inputs, op.outputs, 0, op.attrs) for op in self.ops]
+        return Graph(self.tensors, ops, self.inputs, self.outputs, self.name)
+
     def subgraph(self, op_ids: Iterable[int], name: str | None = None) -> "Graph":
         """The graph induced by ``op_ids``.
 

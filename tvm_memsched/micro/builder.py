@@ -212,7 +212,7 @@ def _split_pipeline(target, method, time_limit, alignment, inline_padding, progr
 
     extra = [InlinePadding()] if inline_padding else []
     p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
-                 extra_passes=extra, progress=progress, **options)
+                 extra_passes=extra, progress=progress, workspace_shared=True, **options)
     names = p.pass_names()
     i, k = names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]

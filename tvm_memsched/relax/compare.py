@@ -95,10 +95,12 @@ class Comparison:
             f"tvm_memsched {mb(self.memsched_planned_bytes)}  ({self.ratio:.2f}x less)",
             f"  live peak of the planned tensors: TVM order {mb(self.default_plannable_peak_bytes)}, "
             f"our order {mb(self.memsched_plannable_peak_bytes)}",
-            f"  live peak incl. outputs and kernel workspace: TVM order "
-            f"{mb(self.default_live_peak_with_workspace_bytes)}, our order "
-            f"{mb(self.memsched_live_peak_with_workspace_bytes)}; lower bound {mb(self.lower_bound_bytes)}"
+            f"  live peak incl. outputs: TVM order {mb(self.default_live_peak_bytes)}, our order "
+            f"{mb(self.memsched_live_peak_bytes)}; lower bound {mb(self.lower_bound_bytes)}"
             f"{' (proven optimal order)' if self.optimal else ''}",
+            f"  live peak incl. outputs and kernel workspace (the VM serves workspace from a separate pool): "
+            f"TVM order {mb(self.default_live_peak_with_workspace_bytes)}, our order "
+            f"{mb(self.memsched_live_peak_with_workspace_bytes)}",
             f"  kernel workspace: largest {mb(self.workspace_max_bytes)} (ours "
             f"{mb(self.memsched_workspace_max_bytes)}), all kernels {mb(self.workspace_total_bytes)}",
             f"  numerics: {'identical' if self.max_abs_diff == 0 else 'max abs diff %.3g' % self.max_abs_diff}"

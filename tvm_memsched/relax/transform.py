@@ -48,20 +48,27 @@ class MemoryAwareReorder:
         How kernel-internal allocations of ``call_tir`` bindings are measured.
     target : Target, optional
         Target for the ``"lowered"`` workspace measurement (default: the current target).
+    workspace_shared : bool
+        Kernel workspace shares the arena with the tensors (the microcontroller
+        export): minimise the peak with workspace first. Default False (the Relax
+        VM serves workspace from a separate pool): minimise the tensor peak first,
+        the peak with workspace breaks ties.
     **options
         Passed to the scheduler.
     """
 
     def __init__(self, method: str = "auto", time_limit: float | None = None, workspace: str | None = "lowered",
-                 target=None, progress=None, **options):
+                 target=None, progress=None, workspace_shared: bool = False, **options):
         self.method, self.time_limit, self.workspace = method, time_limit, workspace
         self.target, self.progress, self.options = target, progress, options
+        self.workspace_shared = workspace_shared
         self.report = []
 
     def transform_module(self, mod, ctx):
         new_mod, self.report = reorder_module(mod, method=self.method, time_limit=self.time_limit,
                                               workspace=self.workspace, target=self.target,
-                                              progress=self.progress, **self.options)
+                                              progress=self.progress, workspace_shared=self.workspace_shared,
+                                              **self.options)
         return new_mod
 
 
