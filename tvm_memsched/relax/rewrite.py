@@ -400,6 +400,15 @@ def _conv_layouts(attrs, ndim: int):
     return data, kernel, out
 
 
+def _sum_of_partials(call, cat: ConcatInfo, weight, wshape, axis: int, ctx: RuleContext):
+    """``sum_i call(xi, weight[axis in C_i])`` over the concat's fields, in ready order (None if sizes differ)."""
+    if wshape[axis] != cat.total:
+        return None
+    terms = [_same_call(call, [x, slice_along(weight, axis, off, off + size, ctx)])
+             for x, off, size in zip(cat.fields, cat.offsets, cat.sizes)]
+    return _sum_in_ready_order(terms, [ctx.ready(x) for x in cat.fields])
+
+
 def _conv_site(call, matches, ctx: RuleContext):
     """``(concat info, weight, weight shape, (data, kernel, out) layouts)`` of a
     convolution whose data argument is a concat along the data layout's ``C``, else None."""
@@ -433,12 +442,7 @@ def conv_channel_partition(call, matches, ctx: RuleContext):
     if site is None:
         return None
     cat, weight, wshape, (_, kernel, _) = site
-    i_axis = kernel.index("I")
-    if wshape[i_axis] != cat.total:
-        return None
-    terms = [_same_call(call, [x, slice_along(weight, i_axis, off, off + size, ctx)])
-             for x, off, size in zip(cat.fields, cat.offsets, cat.sizes)]
-    return _sum_in_ready_order(terms, [ctx.ready(x) for x in cat.fields])
+    return _sum_of_partials(call, cat, weight, wshape, kernel.index("I"), ctx)
 
 
 def grouped_conv_partition(call, matches, ctx: RuleContext):
@@ -494,12 +498,7 @@ def matmul_partition(call, matches, ctx: RuleContext):
     wshape = _shape(weight)
     if cat.ndim < 2 or cat.axis != cat.ndim - 1 or wshape is None or not wshape:
         return None
-    k_axis = 0 if len(wshape) == 1 else len(wshape) - 2
-    if wshape[k_axis] != cat.total:
-        return None
-    terms = [_same_call(call, [x, slice_along(weight, k_axis, off, off + size, ctx)])
-             for x, off, size in zip(cat.fields, cat.offsets, cat.sizes)]
-    return _sum_in_ready_order(terms, [ctx.ready(x) for x in cat.fields])
+    return _sum_of_partials(call, cat, weight, wshape, 0 if len(wshape) == 1 else len(wshape) - 2, ctx)
 
 
 def concat_flatten(call, matches, ctx: RuleContext):
