@@ -589,3 +589,18 @@ def test_cli_micro_rewrite_runs_and_matches_original(tmp_path, capsys):
     assert code == 0, out
     assert "identity rewrites: " in out and "conv_channel_partition" in out
     assert "host: 1 output(s)" in out and "(ok)" in out
+
+
+def test_pipeline_with_rewrite_first():
+    """pipeline(rewrite=...) runs IdentityRewrite on the imported operators, before legalization."""
+    from tvm_memsched.relax.pipeline import build, pipeline
+
+    mod = branchy_module(branches=4, channels=8, size=16)
+    p = pipeline(LLVM, method="dp", rewrite={"method": "dp"})
+    assert p.pass_names()[0] == "IdentityRewrite" and "IdentityRewrite" not in pipeline(LLVM).pass_names()
+    ex = tvm.compile(mod, LLVM, relax_pipeline=p)
+    assert [s.rule for s in p.rewrite.report.sites] == ["conv_channel_partition"]
+    inputs = random_inputs(mod["main"], 0)
+    ref = run_vm(tvm.compile(mod, LLVM), inputs)
+    for ours in (run_vm(ex, inputs), run_vm(build(mod, LLVM, method="dp", rewrite=True), inputs)):
+        assert all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(ref, ours))

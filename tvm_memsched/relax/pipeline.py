@@ -25,7 +25,7 @@ import importlib
 import tvm
 from tvm import relax
 
-from .transform import ArenaPlanMemory, MemoryAwareReorder
+from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder
 
 __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
 
@@ -66,18 +66,23 @@ def relax_unsupported(target):
 class MemschedPipeline:
     """The default pipeline with our reorder and arena planner (see :func:`pipeline`).
 
-    ``.reorder`` and ``.arena`` are the pass instances (their ``.report`` tells
-    what they did), ``.passes`` the whole list.
+    ``.rewrite`` (None unless asked for), ``.reorder`` and ``.arena`` are the pass
+    instances (their ``.report`` tells what they did), ``.passes`` the whole list.
     """
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
-                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, **options):
+                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, **options):
         self.target = as_target(target)
         st = stages(self.target)
+        self.rewrite = None
+        if rewrite:
+            kw = dict(rewrite) if isinstance(rewrite, dict) else {}
+            self.rewrite = IdentityRewrite(target=self.target, **kw)
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
                                           target=self.target, progress=progress, **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena) if plan else None
-        passes = st["dispatch"] + st["legalize"] + list(extra_passes)
+        passes = ([self.rewrite] if self.rewrite is not None else []) + st["dispatch"] + st["legalize"] \
+            + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
             if p.info.name == "RewriteDataflowReshape" and self.reorder is not None:
@@ -101,15 +106,17 @@ class MemschedPipeline:
 
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
-             extra_passes=(), progress=None, **options) -> MemschedPipeline:
+             extra_passes=(), progress=None, rewrite=False, **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our reorder and arena planner.
 
     ``extra_passes`` run after FuseTIR (e.g. ``InlinePadding()``); ``reorder=False``
-    or ``plan=False`` keep TVM's order or TVM's planner. Other options go to the
+    or ``plan=False`` keep TVM's order or TVM's planner; ``rewrite=True`` (or a
+    dict of :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the
+    identity rewriting first, on the imported operators. Other options go to the
     scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
-                            extra_passes, progress, **options)
+                            extra_passes, progress, rewrite, **options)
 
 
 def build(mod, target=None, **options):
