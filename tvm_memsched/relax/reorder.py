@@ -47,7 +47,7 @@ class BlockReport:
     method: str = ""
     peak_before: int = 0        # live-tensor peak with kernel workspace of the incoming order
     peak_after: int = 0
-    lower_bound: int = 0
+    lower_bound: int = 0         # of the objective ranked first (tensor peak unless workspace_shared)
     optimal: bool = False
     seconds: float = 0.0
     order: tuple = ()           # binding var names in the new order
@@ -73,20 +73,19 @@ def _best_order(g, method, time_limit, progress, options, workspace_shared: bool
     peaks, the one that matters first. Returns ``(order, result of the schedule for
     the primary objective, (with, without) peaks of the incoming order, of the order)``.
     """
-    def peaks(order):
-        return peak_bytes(g, order), peak_bytes(g_plain, order)
-
-    program = [op.name for op in g.ops]
     g_plain = g.without_workspace() if any(op.workspace_bytes for op in g.ops) else g
-    graphs = [g, g_plain] if workspace_shared else [g_plain, g]
     if g_plain is g:
         graphs = [g]
+    else:
+        graphs = [g, g_plain] if workspace_shared else [g_plain, g]
     results = [schedule(x, method, time_limit=time_limit, progress=progress, **options) for x in graphs]
-    candidates = [program] + [list(r.order) for r in results]
-    key = (lambda pk: pk) if workspace_shared else (lambda pk: (pk[1], pk[0]))
-    scored = [(key(peaks(o)), i, peaks(o), o) for i, o in enumerate(candidates)]
-    _, _, best_peaks, best = min(scored)
-    return best, results[0], scored[0][2], best_peaks
+    candidates = [[op.name for op in g.ops]] + [list(r.order) for r in results]
+    # (with, without workspace) of every candidate; ranked by the primary objective's peak first, then the
+    # other; ties keep the earlier candidate, so the incoming order (first) stays unless strictly beaten
+    peaks = [(peak_bytes(g, o), peak_bytes(g_plain, o)) for o in candidates]
+    rank = [pk if workspace_shared else pk[::-1] for pk in peaks]
+    i = min(range(len(candidates)), key=rank.__getitem__)
+    return candidates[i], results[0], peaks[0], peaks[i]
 
 
 def reorder_function(func, name: str, *, method: str = "auto", time_limit: float | None = None,
