@@ -11,11 +11,11 @@ import pytest
 
 from tvm_memsched import zoo
 from tvm_memsched.cli import main
-from tvm_memsched.core import Graph, Op, random_dag
+from tvm_memsched.core import Graph, Op, coral_dag, random_dag
 from tvm_memsched.core.errors import MemschedError
 from tvm_memsched.tflite.builder import ModelBuilder, tfl
-from tvm_memsched.tflite.coral import (EdgeTpuCostModel, coral_export, evaluate, run_segments, segment,
-                                       stage_io)
+from tvm_memsched.tflite.coral import (PS_PER_MS, EdgeTpuCostModel, _Costs, coral_export, dp_segment, evaluate,
+                                       run_segments, segment, stage_io, window_dp)
 from tvm_memsched.tflite.reader import load_model, read_tflite
 from tvm_memsched.tflite.verify import compare_litert, litert_interpreter, random_inputs
 
@@ -94,6 +94,39 @@ def test_cpsat_free_order_never_worse_and_optimal_on_small_graphs(seed):
         g.resolve_order(free.order)               # a valid schedule, stage by stage
         labels = free.labels()
         assert all(labels[g.ops[p].name] <= labels[op.name] for v, op in enumerate(g.ops) for p in g.preds[v])
+
+
+@pytest.mark.parametrize("n,seed,k", [(30, 3, 5), (30, 19, 5), (40, 3, 4), (40, 6, 3)])
+def test_cpsat_stopped_early_reports_the_true_bottleneck(n, seed, k):
+    """Stopped before optimality, CP-SAT's objective may exceed the true slowest stage (its indicator
+    variables are only bounded from below); these instances used to fail the internal consistency check."""
+    g = coral_dag(n, seed)
+    s = segment(g, k, free_order=True, deterministic_time=0.05)
+    assert not s.optimal and s.lower_bound_ms <= s.bottleneck_ms
+    assert max(f.time_ps for f in evaluate(g, s.stages)) == round(s.bottleneck_ms * PS_PER_MS)
+    assert s.bottleneck_ms <= segment(g, k).bottleneck_ms
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_window_dp_is_exact_within_its_windows(seed):
+    g = costed(random_dag(10, seed=200 + seed), seed)
+    costs = _Costs(g, TOY)
+    order = list(g.topo)
+    rng = random.Random(seed)
+    for k in (2, 3, 4):
+        full_cuts, full = dp_segment(costs, order, k)
+        assert window_dp(costs, order, full_cuts, 1)[1] == full
+        assert window_dp(costs, order, sorted(rng.sample(range(1, 10), k - 1)), 10)[1] == full
+        cuts = sorted(rng.sample(range(1, 10), k - 1))
+        wcuts, w = window_dp(costs, order, cuts, 1)
+        # the optimum over every cut vector within one position of ``cuts`` (brute force)
+        best = None
+        for c in itertools.product(*[range(x - 1, x + 2) for x in cuts]):
+            if list(c) == sorted(set(c)) and 0 < c[0] and c[-1] < 10:
+                st = [order[a:b] for a, b in zip((0,) + c, c + (10,))]
+                t = max(f.time_ps for f in evaluate(g, st, TOY))
+                best = t if best is None else min(best, t)
+        assert w == best and all(abs(a - b) <= 1 for a, b in zip(wcuts, cuts))
 
 
 def test_cost_model_terms():

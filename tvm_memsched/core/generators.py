@@ -18,7 +18,7 @@ import random
 
 from .graph import Graph, Op
 
-__all__ = ["random_dag", "layered_dag", "cell_network", "example_graph"]
+__all__ = ["random_dag", "layered_dag", "coral_dag", "cell_network", "example_graph"]
 
 
 def random_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 3, multi_output_prob: float = 0.15,
@@ -104,6 +104,80 @@ def layered_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 6, width: tuple[
     read = {t for op in ops for t in op.inputs}
     outputs = [op.outputs[0] for op in ops if op.outputs[0] not in read]
     return Graph(tensors, ops, ["input"], outputs, name=f"layered-{n_ops}-s{seed}")
+
+
+def coral_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 4, width: tuple[int, int] = (1, 4)) -> Graph:
+    """A layered int8 CNN-like DAG with Edge TPU cost attributes (the learned Coral segmenter's data).
+
+    Like :func:`layered_dag`, but every tensor has an NHWC shape (one byte per
+    element): the resolution halves and the channel count doubles a few times
+    along the depth, as in real backbones, and every op carries ``attrs`` for
+    :mod:`tvm_memsched.tflite.coral`'s cost model: convolutions (3x3 or 1x1,
+    reading the concatenation of their inputs) and depthwise convolutions have
+    ``macs`` and ``param_bytes``; additions, concatenations and pooling have
+    ``elements``. Graph-level knobs (base resolution, base channels, number of
+    downsamplings) are drawn per seed, so the totals of compute, parameters and
+    activations, and hence whether compute, the 8 MiB parameter cache or the
+    activation transfers dominate a pipeline stage, vary across graphs.
+
+    >>> g = coral_dag(30, seed=1)
+    >>> g.num_ops, all("macs" in op.attrs or "elements" in op.attrs for op in g.ops)
+    (30, True)
+    """
+    rng = random.Random(seed)
+    h0 = rng.choice((14, 28, 56, 112))
+    c0 = rng.choice((16, 32, 64))
+    downs = rng.randint(1, 4)
+    n_layers = max(1, round(n_ops / ((width[0] + width[1]) / 2)))
+
+    def shape_at(layer: int) -> tuple[int, int]:
+        step = min(downs, layer * (downs + 1) // max(n_layers, 1))
+        return max(1, h0 >> step), c0 << step
+
+    hw, c = shape_at(0)
+    shapes = {"input": (hw, rng.choice((3, c)))}
+    tensors = [("input", hw * hw * shapes["input"][1])]
+    ops: list[Op] = []
+    layers: list[list[str]] = [["input"]]
+    v = 0
+    while v < n_ops:
+        w = min(rng.randint(*width), n_ops - v)
+        hw, c = shape_at(len(layers))
+        layer = []
+        for _ in range(w):
+            cands = [t for depth, lay in enumerate(reversed(layers[-3:])) for t in lay for _ in range(3 - depth)]
+            k = min(rng.choice((1, 1, 1, 2, 2, 3, max_inputs)), len(set(cands)))
+            ins: list[str] = []
+            while len(ins) < k:
+                t = rng.choice(cands)
+                if t not in ins:
+                    ins.append(t)
+            cin = sum(shapes[t][1] for t in ins)
+            kind = rng.choices(("conv3", "conv1", "dw", "add", "concat", "pool"), (30, 30, 10, 12, 10, 8))[0]
+            if kind == "concat" and len(ins) < 2:
+                kind = "conv1"
+            cout = {"conv3": max(1, round(c * rng.choice((0.5, 1, 1, 2)))), "conv1": max(1, round(c * rng.choice(
+                (0.5, 1, 1, 2)))), "dw": cin, "add": max(shapes[t][1] for t in ins), "concat": cin,
+                "pool": cin}[kind]
+            elements = hw * hw * cout
+            attrs: dict = {"kind": kind, "shape": [1, hw, hw, cout]}
+            if kind in ("conv3", "conv1"):
+                kk = 9 if kind == "conv3" else 1
+                attrs.update(macs=elements * cin * kk, param_bytes=cout * cin * kk + 4 * cout)
+            elif kind == "dw":
+                attrs.update(macs=elements * 9, param_bytes=9 * cout + 4 * cout)
+            else:
+                attrs["elements"] = elements
+            name = f"t{v}"
+            shapes[name] = (hw, cout)
+            tensors.append((name, elements))
+            ops.append(Op(f"op{v}", ins, [name], attrs=attrs))
+            layer.append(name)
+            v += 1
+        layers.append(layer)
+    read = {t for op in ops for t in op.inputs}
+    outputs = [op.outputs[0] for op in ops if op.outputs[0] not in read]
+    return Graph(tensors, ops, ["input"], outputs, name=f"coral-{n_ops}-s{seed}")
 
 
 # --------------------------------------------------------------------- cells

@@ -80,7 +80,7 @@ from ..core.errors import MemschedError
 from ..core.graph import Graph
 
 __all__ = ["EdgeTpuCostModel", "StageFigures", "Segmentation", "segment", "evaluate", "stage_io",
-           "dp_segment", "cpsat_segment", "write_segments", "run_segments", "edgetpu_compiler_commands",
+           "dp_segment", "window_dp", "cpsat_segment", "write_segments", "run_segments", "edgetpu_compiler_commands",
            "coral_export", "DEFAULT_COST_MODEL"]
 
 PS_PER_S = 10 ** 12
@@ -314,33 +314,38 @@ def evaluate(graph: Graph, stages: Sequence[Sequence], cost_model: EdgeTpuCostMo
 
 
 # --------------------------------------------------------------------- DP
-def _cost_table(costs: _Costs, order: Sequence[int]) -> list:
-    """``table[a][b - a - 1]``: integer time of the stage running ``order[a:b]``."""
-    g = costs.graph
-    n = len(order)
-    pos = [0] * g.num_ops
-    for i, v in enumerate(order):
-        pos[v] = i
-    prod = [(-1 if g.producer[t] < 0 else pos[g.producer[t]]) for t in range(g.num_tensors)]
-    last = [max((pos[c] for c in g.consumers[t]), default=-1) for t in range(g.num_tensors)]
-    ends_at = [[] for _ in range(n)]
-    for t in range(g.num_tensors):
-        if last[t] >= 0 and not g.is_output[t]:
-            ends_at[last[t]].append(t)
-    outputs = [t for t in range(g.num_tensors) if g.is_output[t]]
-    inputs = [t for t in range(g.num_tensors) if g.is_input[t]]
-    size = g.size
-    table = []
-    for a in range(n):
-        through = [t for t in outputs if prod[t] < a]       # pass-through model outputs
-        in_set = set(through) | (set(inputs) if a == 0 else set())
+class _OrderCosts:
+    """Integer stage times of contiguous runs ``order[a:b]`` of one execution order (rows on demand)."""
+
+    def __init__(self, costs: _Costs, order: Sequence[int]):
+        g = costs.graph
+        self.costs, self.order, self.n = costs, list(order), len(order)
+        pos = [0] * g.num_ops
+        for i, v in enumerate(order):
+            pos[v] = i
+        self.prod = [(-1 if g.producer[t] < 0 else pos[g.producer[t]]) for t in range(g.num_tensors)]
+        self.last = [max((pos[c] for c in g.consumers[t]), default=-1) for t in range(g.num_tensors)]
+        self.ends_at = [[] for _ in range(self.n)]
+        for t in range(g.num_tensors):
+            if self.last[t] >= 0 and not g.is_output[t]:
+                self.ends_at[self.last[t]].append(t)
+        self.outputs = [t for t in range(g.num_tensors) if g.is_output[t]]
+        self.inputs = [t for t in range(g.num_tensors) if g.is_input[t]]
+
+    def row(self, a: int, stop: int | None = None) -> list:
+        """``row[b - a - 1]``: time of the stage running ``order[a:b]``, for ``b`` in ``a+1..stop``."""
+        costs, g = self.costs, self.costs.graph
+        order, prod, last, ends_at, size = self.order, self.prod, self.last, self.ends_at, g.size
+        stop = self.n if stop is None else min(stop, self.n)
+        through = [t for t in self.outputs if prod[t] < a]       # pass-through model outputs
+        in_set = set(through) | (set(self.inputs) if a == 0 else set())
         in_b = sum(size[t] for t in in_set)
         out_b = sum(size[t] for t in through)
         seen: dict = {}
         pbytes = 0
         cps = 0
         row = []
-        for q in range(a, n):
+        for q in range(a, stop):
             v = order[q]
             cps += costs.cps[v]
             for key, nb in costs.params[v]:
@@ -358,8 +363,52 @@ def _cost_table(costs: _Costs, order: Sequence[int]) -> list:
                 if a <= prod[t] < q:
                     out_b -= size[t]
             row.append(costs.stage_time(cps, pbytes, in_b + out_b))
-        table.append(row)
-    return table
+        return row
+
+
+def _cost_table(costs: _Costs, order: Sequence[int]) -> list:
+    """``table[a][b - a - 1]``: integer time of the stage running ``order[a:b]``."""
+    oc = _OrderCosts(costs, order)
+    return [oc.row(a) for a in range(oc.n)]
+
+
+def window_dp(costs: _Costs, order: Sequence[int], cuts: Sequence[int], window: int) -> tuple[list, int]:
+    """Best cut positions of ``order`` with every cut within ``window`` positions of ``cuts``: ``(cuts, ps)``.
+
+    The same exact stage times as :func:`dp_segment`, restricted to the
+    windows (``O(K * window * n)`` work instead of ``O(n^2)``); never worse
+    than ``cuts`` themselves. ``cuts`` are the start positions of stages 1..K-1.
+    """
+    n = len(order)
+    oc = _OrderCosts(costs, order)
+    cand = [[0]] + [list(range(max(1, c - window), min(n - 1, c + window) + 1)) for c in cuts] + [[n]]
+    stops: dict = {}
+    for j in range(len(cand) - 1):
+        hi = cand[j + 1][-1]
+        for a in cand[j]:
+            stops[a] = max(stops.get(a, 0), hi)
+    rows = {a: oc.row(a, stop) for a, stop in stops.items()}
+    f = {0: (0, -1)}                      # cut position -> (best bottleneck so far, previous cut)
+    back = []
+    for j in range(1, len(cand)):
+        nf = {}
+        for b in cand[j]:
+            best, arg = None, -1
+            for a, (fa, _) in f.items():
+                if a < b and b - a - 1 < len(rows[a]):
+                    c = max(fa, rows[a][b - a - 1])
+                    if best is None or c < best:
+                        best, arg = c, a
+            if best is not None:
+                nf[b] = (best, arg)
+        back.append(nf)
+        f = nf
+    best, prev = f[n]
+    out = []
+    for j in range(len(back) - 2, -1, -1):
+        out.append(prev)
+        prev = back[j][prev][1]
+    return sorted(out), int(best)
 
 
 def dp_segment(costs: _Costs, order: Sequence[int], k: int) -> tuple[list, int]:
@@ -524,7 +573,13 @@ def cpsat_segment(costs: _Costs, k: int, *, hint: Sequence[int] | None = None, u
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, None, bound, False
     stage_of = [sum(1 for s in range(k - 1) if not solver.Value(le(v, s))) for v in range(n)]
-    return stage_of, int(solver.Value(z)), bound, status == cp_model.OPTIMAL
+    # The model's indicators (inputs, outputs, shared buffers, SRAM overflow) are only bounded from below, so
+    # a solution found before optimality may carry a ``z`` above the true slowest stage: report the true one.
+    figs, _ = _figures(costs, stage_of, k)
+    true = max(f.time_ps for f in figs)
+    if true > solver.Value(z):
+        raise AssertionError(f"CP-SAT model underestimates a stage ({true} ps > {solver.Value(z)} ps)")
+    return stage_of, true, bound, status == cp_model.OPTIMAL
 
 
 # ---------------------------------------------------------------- segment
