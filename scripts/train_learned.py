@@ -11,10 +11,10 @@ Pipeline (seeded, CPU, 2 threads by default):
    order, and, from an exhaustive enumeration of the executed-op sets reachable
    without exceeding the optimum, the set of *optimal actions* at every state of
    a few optimal trajectories (the DP's order plus random walks over optimal
-   actions). Labels are a dict per graph, so further label types (the Coral
-   segmentation, once ``tvm_memsched.tflite`` has an exact one) can be added by
-   registering a function in :data:`LABELERS`. The label cache lives in ``--out``
-   (never commit it).
+   actions). Labels are a dict per graph, so further label types can be added by
+   registering a function in :data:`LABELERS` (the Coral segmenter has its own
+   data and labels, exact segmentations: ``scripts/train_coral_segmenter.py``).
+   The label cache lives in ``--out`` (never commit it).
 2. **Imitation pre-training**: teacher forcing on those trajectories with the
    cross-entropy of the optimal-action set (``-log sum_{a optimal} p(a)``; with a
    single optimal action this is the plain cross-entropy on the exact order).
@@ -185,8 +185,8 @@ def label_memory(graph: Graph, rng: random.Random, cfg: dict) -> dict | None:
     return out
 
 
-#: label type -> fn(graph, rng, cfg) -> JSON-able label or None (drop the graph). A Coral
-#: segmentation labeler can be added here once the exact segmentation exists.
+#: label type -> fn(graph, rng, cfg) -> JSON-able label or None (drop the graph). (The Coral segmenter is
+#: trained on its own graphs with exact segmentation labels: scripts/train_coral_segmenter.py.)
 LABELERS = {"memory": label_memory}
 
 

@@ -69,7 +69,7 @@ from .registry import register
 
 __all__ = ["GraphData", "DecodeState", "LearnedModel", "load_model", "default_weights_path",
            "learned_order", "schedule_learned", "auto_phase", "params_digest", "param_shapes",
-           "random_params", "save_weights",
+           "random_params", "save_weights", "write_weights_npz",
            "STATIC_FEATURES", "DYNAMIC_FEATURES", "GLOBAL_FEATURES", "FEATURE_VERSION"]
 
 #: bumped whenever a feature's definition changes (weights record the version they were trained on)
@@ -634,19 +634,28 @@ def load_model(path: str | None = None) -> LearnedModel:
     return model
 
 
-def save_weights(path: str, params: dict, config: dict, extra_meta: dict | None = None) -> dict:
-    """Write weights (float32) + metadata (config, feature version, hash) as a compressed npz."""
+def write_weights_npz(path: str, params: dict, meta: dict) -> dict:
+    """Write ``params`` as float32 and ``meta`` (plus the parameter hash and count) as a compressed npz.
+
+    Shared by every learned model of the package; returns the metadata written.
+    """
     params32 = {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
-    meta = {"format": "tvm_memsched.learned/1", "feature_version": FEATURE_VERSION, "config": config,
-            "static_features": list(STATIC_FEATURES), "dynamic_features": list(DYNAMIC_FEATURES),
-            "global_features": list(GLOBAL_FEATURES), "params_sha256": params_digest(params32),
-            "num_params": int(sum(a.size for a in params32.values()))}
-    meta.update(extra_meta or {})
+    meta = dict(meta, params_sha256=params_digest(params32),
+                num_params=int(sum(a.size for a in params32.values())))
     arrays = {f"p:{k}": v for k, v in params32.items()}
     arrays["meta_json"] = np.array(json.dumps(meta, sort_keys=True))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     np.savez_compressed(path, **arrays)
     return meta
+
+
+def save_weights(path: str, params: dict, config: dict, extra_meta: dict | None = None) -> dict:
+    """Write weights (float32) + metadata (config, feature version, hash) as a compressed npz."""
+    meta = {"format": "tvm_memsched.learned/1", "feature_version": FEATURE_VERSION, "config": config,
+            "static_features": list(STATIC_FEATURES), "dynamic_features": list(DYNAMIC_FEATURES),
+            "global_features": list(GLOBAL_FEATURES)}
+    meta.update(extra_meta or {})
+    return write_weights_npz(path, params, meta)
 
 
 # --------------------------------------------------------------------------- scheduling

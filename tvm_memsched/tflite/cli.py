@@ -102,6 +102,10 @@ def add_parsers(subparsers) -> None:
                         "change the order")
     s.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS",
                    help="CP-SAT time limit (default 10)")
+    s.add_argument("--segmenter", choices=("exact", "learned"), default="exact",
+                   help="exact: DP over the scheduled order, then CP-SAT over all orders (default); learned: "
+                        "the RESPECT-style learned segmenter's decodes and the DP over the scheduled order, "
+                        "best of them (no CP-SAT, not proven optimal)")
     s.add_argument("--tops", type=float, default=None, help="Edge TPU int8 peak in TOPS (default 4)")
     s.add_argument("--utilization", type=float, default=None, help="effective fraction of the peak (default 0.15)")
     s.add_argument("--sram-mib", type=float, default=None, help="on-chip parameter SRAM in MiB (default 8)")
@@ -164,6 +168,7 @@ def run_coral(args) -> int:
     tg = load_source(args.model)
     man, seg = coral_export(tg, args.stages, args.out, method=args.method, free_order=not args.fixed_order,
                             time_limit=args.time_limit, cost_model=cm, verify=not args.no_verify,
+                            segmenter=args.segmenter,
                             source=None if args.model.startswith("zoo:") else os.path.abspath(args.model),
                             progress=_progress(args))
     rows = []
@@ -175,10 +180,15 @@ def run_coral(args) -> int:
     print(_table(rows, ["stage", "file", "ops", "params KiB", "MMACs", "in KiB", "out KiB", "compute ms",
                         "stream ms", "transfer ms", "stage ms"]))
     sol, pred = man["solver"], man["predicted"]
-    print(f"bottleneck {pred['bottleneck_ms']:.4f} ms ({pred['throughput_per_s']:.1f} inferences/s, "
-          f"{pred['speedup_vs_single_tpu']:.2f}x one Edge TPU at {pred['single_tpu_ms']:.4f} ms); "
-          f"{sol['method']}, {'proven optimal' if sol['optimal'] else 'lower bound %.4f ms' % sol['lower_bound_ms']}"
-          f"{' over all orders' if sol['free_order'] else ' for the scheduled order'}")
+    head = (f"bottleneck {pred['bottleneck_ms']:.4f} ms ({pred['throughput_per_s']:.1f} inferences/s, "
+            f"{pred['speedup_vs_single_tpu']:.2f}x one Edge TPU at {pred['single_tpu_ms']:.4f} ms); ")
+    if sol["method"] == "learned":
+        print(head + f"learned segmenter (best candidate: {seg.stats['best_from']}), not proven optimal "
+              f"(trivial lower bound {sol['lower_bound_ms']:.4f} ms)")
+    else:
+        print(head + f"{sol['method']}, "
+              f"{'proven optimal' if sol['optimal'] else 'lower bound %.4f ms' % sol['lower_bound_ms']}"
+              f"{' over all orders' if sol['free_order'] else ' for the scheduled order'}")
     val = man.get("validation")
     if val:
         print(f"LiteRT: chained segments vs whole model: {'bit-identical' if val['identical'] else 'DIFFERENT'} "

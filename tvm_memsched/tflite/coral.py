@@ -871,16 +871,29 @@ def run_segments(bufs: Sequence[bytes], inputs: dict) -> dict:
 def coral_export(tg, k: int, out_dir: str, *, method: str = "auto", schedule_time_limit: float | None = None,
                  free_order: bool = True, time_limit: float = 10.0, cost_model: EdgeTpuCostModel | None = None,
                  verify: bool = True, trials: int = 2, seed: int = 0, source: str | None = None,
-                 progress=None) -> tuple[dict, Segmentation]:
+                 segmenter: str = "exact", progress=None) -> tuple[dict, Segmentation]:
     """Schedule ``tg`` (a :class:`~.reader.TFLiteGraph`), segment it into ``k`` stages, write the segments
     and the manifest to ``out_dir`` and (``verify``) check the chained segments against the whole model in
-    LiteRT on ``trials`` random inputs; the result lands in the manifest's ``validation``."""
+    LiteRT on ``trials`` random inputs; the result lands in the manifest's ``validation``.
+
+    ``segmenter="exact"`` cuts the scheduled order optimally (and with
+    ``free_order`` lets CP-SAT change the order); ``"learned"`` uses the learned
+    segmenter of :mod:`.coral_learned` (its decodes plus the exact cut of the
+    scheduled order; no optimality proof)."""
     from ..schedulers import schedule
     from .verify import compare_litert
 
+    if segmenter not in ("exact", "learned"):
+        raise MemschedError(f"unknown segmenter {segmenter!r}; use 'exact' or 'learned'")
     g = tg.graph
     base = schedule(g, method, time_limit=schedule_time_limit, progress=progress)
-    seg = segment(g, k, order=base.order, free_order=free_order, time_limit=time_limit, cost_model=cost_model)
+    if segmenter == "learned":
+        from .coral_learned import segment_learned
+
+        seg = segment_learned(g, k, cost_model=cost_model, order=base.order)
+    else:
+        seg = segment(g, k, order=base.order, free_order=free_order, time_limit=time_limit,
+                      cost_model=cost_model)
     if progress:
         progress(f"segmentation ({seg.method}): bottleneck {seg.bottleneck_ms:.4f} ms, stages "
                  f"{', '.join(f'{x:.4f}' for x in seg.stage_ms)} ms")
