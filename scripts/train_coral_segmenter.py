@@ -7,7 +7,8 @@ Pipeline (seeded, CPU):
    graphs of 30-60 ops (layered int8 CNN-like DAGs with MACs and parameter
    bytes), each with a random stage count K in 2..6, labelled by the exact
    segmentation ``tflite.coral.segment(g, K, free_order=True)`` (the fixed-order
-   DP, then CP-SAT over all orders with a deterministic time limit); only
+   DP, then CP-SAT over all orders with a deterministic time limit, not started
+   from any learned solution); only
    labels CP-SAT proves optimal are kept. Labels are cached in ``--out``.
 2. **Imitation.** The MLP of :mod:`tvm_memsched.tflite.coral_learned` is
    trained with the binary cross-entropy of ``[stage(v) > j]`` against the
@@ -57,7 +58,7 @@ def instance(seed: int, n_range=(30, 60)) -> tuple:
 def _label(job):
     seed, n_range, det_time = job
     g, k = instance(seed, n_range)
-    s = segment(g, k, free_order=True, deterministic_time=det_time)
+    s = segment(g, k, free_order=True, deterministic_time=det_time, learned_start=False)   # independent of any model
     return {"seed": seed, "n_range": n_range, "k": k, "optimal": s.optimal, "bottleneck_ms": s.bottleneck_ms,
             "dp_ms": s.stats["dp_bottleneck_ms"], "labels": s.labels(), "seconds": s.seconds}
 

@@ -213,6 +213,24 @@ def test_bad_input_and_bad_weights(tmp_path):
         CL.load_segmenter(str(path))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_segmentation_starts_from_the_learned_one(seed):
+    """CP-SAT (stopped early here) is never worse than the learned segmenter or the DP, and says where it
+    started; without the learned start it is never worse than the DP."""
+    g = coral_dag(120, seed=8_000_000 + seed)
+    for k in (4, 6):
+        learned = CL.segment_learned(g, k)
+        dp = segment(g, k)
+        s = segment(g, k, free_order=True, deterministic_time=0.2)
+        check_valid(g, s, k)
+        assert s.bottleneck_ms <= min(learned.bottleneck_ms, dp.bottleneck_ms)
+        assert s.stats["start"] == ("learned" if learned.bottleneck_ms < dp.bottleneck_ms else "dp")
+        assert s.stats["learned_ms"] == learned.bottleneck_ms
+        plain = segment(g, k, free_order=True, deterministic_time=0.2, learned_start=False)
+        assert plain.stats["start"] == "dp" and "learned_ms" not in plain.stats
+        assert plain.bottleneck_ms <= dp.bottleneck_ms
+
+
 # ------------------------------------------------------------------ export
 def test_learned_segments_chain_bit_identical(tmp_path):
     tg = read_tflite(zoo.tflite("swiftnet_like", "int8"))

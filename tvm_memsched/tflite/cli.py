@@ -103,7 +103,8 @@ def add_parsers(subparsers) -> None:
     s.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS",
                    help="CP-SAT time limit (default 10)")
     s.add_argument("--segmenter", choices=("exact", "learned"), default="exact",
-                   help="exact: DP over the scheduled order, then CP-SAT over all orders (default); learned: "
+                   help="exact: DP over the scheduled order, then CP-SAT over all orders, started from the better of "
+                        "the DP and the learned segmenter (default); learned: "
                         "the RESPECT-style learned segmenter's decodes and the DP over the scheduled order, "
                         "best of them (no CP-SAT, not proven optimal)")
     s.add_argument("--tops", type=float, default=None, help="Edge TPU int8 peak in TOPS (default 4)")

@@ -45,9 +45,10 @@ Solvers
 * fixed order: dynamic programming over the cut positions of the order,
   ``O(K n^2)`` after an ``O(n^2)`` table of all contiguous stage costs; exact;
 * free order (any topological order): CP-SAT (OR-Tools) over monotone stage
-  assignments (``b[v,k] = [stage(v) <= k]``), warm-started with and never
-  worse than the fixed-order DP, returning the best solution and the proven
-  lower bound within the time limit.
+  assignments (``b[v,k] = [stage(v) <= k]``), warm-started with the better
+  of the fixed-order DP and the learned segmenter (:mod:`.coral_learned`) and
+  never worse than either, returning the best solution and the proven lower
+  bound within the time limit.
 
 :func:`segment` is a pure function of a core :class:`~tvm_memsched.core.Graph`
 (ops need ``attrs`` ``macs``; optionally ``elements`` or ``shape``,
@@ -585,7 +586,7 @@ def cpsat_segment(costs: _Costs, k: int, *, hint: Sequence[int] | None = None, u
 # ---------------------------------------------------------------- segment
 def segment(graph: Graph, k: int, order: Sequence | None = None, free_order: bool = False,
             time_limit: float = 10.0, cost_model: EdgeTpuCostModel | None = None,
-            workers: int = 1, deterministic_time: float | None = None) -> Segmentation:
+            workers: int = 1, deterministic_time: float | None = None, learned_start: bool = True) -> Segmentation:
     """Split ``graph`` into ``k`` pipeline stages minimising the slowest stage (see the module docstring).
 
     ``order`` (op names or ids; default: program order) is the execution order
@@ -595,7 +596,10 @@ def segment(graph: Graph, k: int, order: Sequence | None = None, free_order: boo
     so the result is never worse than the fixed-order optimum; its proven
     bound is reported as ``lower_bound_ms``. ``deterministic_time`` replaces
     the wall-clock limit by CP-SAT's deterministic one (reproducible results
-    on any machine, e.g. for training labels). Stages keep ``order``'s
+    on any machine, e.g. for training labels). With ``learned_start`` (the
+    default) CP-SAT starts from the learned segmenter's solution
+    (:mod:`.coral_learned`) when that beats the DP's, so the result is never
+    worse than either. Stages keep ``order``'s
     relative order of their ops.
     """
     from ..core.orders import program_order
@@ -620,6 +624,22 @@ def segment(graph: Graph, k: int, order: Sequence | None = None, free_order: boo
     method, lower, optimal = "dp", best, True
     stats: dict = {"dp_bottleneck_ms": best / PS_PER_MS, "cuts": cuts}
     if free_order and k > 1:
+        start_from = "dp"
+        if learned_start:
+            from .coral_learned import segment_learned   # imports this module: a function-level import
+
+            try:
+                ls = segment_learned(graph, k, cost_model=cm)
+            except MemschedError as e:                   # weights missing or unreadable: start from the DP
+                stats["learned_start"] = str(e)
+            else:
+                lps = max(f.time_ps for f in ls.figures)
+                stats["learned_ms"] = lps / PS_PER_MS
+                if lps < best:
+                    lab = ls.labels()
+                    stage_of = [lab[op.name] for op in graph.ops]
+                    best, start_from = lps, "learned"
+        stats["start"] = start_from
         t0 = time.perf_counter()
         so, val, lb, opt = cpsat_segment(costs, k, hint=stage_of, upper=best, time_limit=time_limit or 10.0,
                                          workers=workers, deterministic_time=deterministic_time)
