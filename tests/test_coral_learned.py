@@ -89,6 +89,8 @@ def test_random_model_gives_valid_segmentations_never_below_the_optimum(seed):
         check_valid(g, s, k)
         opt = brute_force_free(g, k, TOY)
         assert round(s.bottleneck_ms * PS_PER_MS) >= opt
+        assert s.optimal == (k == 1 or round(s.bottleneck_ms * PS_PER_MS) == CL.trivial_lower_bound_ps(
+            _Costs(g, TOY), k))
         assert CL.trivial_lower_bound_ps(_Costs(g, TOY), k) <= opt
         assert s.stats["raw_bottleneck_ms"] >= s.bottleneck_ms
         raw = CL.segment_learned(g, k, cost_model=TOY, model=model, samples=0, window=0, final_dp=False,

@@ -575,7 +575,7 @@ def segment_learned(graph: Graph, k: int, *, cost_model: EdgeTpuCostModel | None
     worst = max(f.time_ps for f in figs)
     if worst != best:
         raise AssertionError(f"learned segmentation: decoded {best} ps != evaluated {worst} ps (internal error)")
-    lb = trivial_lower_bound_ps(costs, k)
+    lb = best if k == 1 else trivial_lower_bound_ps(costs, k)     # one stage: the only segmentation
     stages = [[graph.ops[v].name for v in best_order if stage_of[v] == s] for s in range(k)]
     stats = {"raw_bottleneck_ms": raw_ps / PS_PER_MS, "decodes": 1 + (samples if k > 1 else 0),
              "best_from": best_from, "polished_ms": polished / PS_PER_MS, "refine_moves": moves, "window": window, "model_seconds": round(t_model, 4),
