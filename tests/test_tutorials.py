@@ -7,10 +7,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_tutorial(name):
+def run_tutorial(name, *args):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tutorials", name)], capture_output=True, text=True,
-                       env=env, timeout=900, cwd=ROOT)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tutorials", name), *args], capture_output=True,
+                       text=True, env=env, timeout=900, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout
 
@@ -20,3 +20,12 @@ def test_relax_tutorial():
     assert "outputs match TVM's default build" in out
     assert "(reordered, proven optimal)" in out
     assert "planned activation memory" in out and "numerics: identical" in out
+
+
+def test_tflite_coral_tutorial(tmp_path):
+    out = run_tutorial("tflite_coral.py", str(tmp_path))
+    assert "TFLite Micro arena: 309,008 -> 247,568 bytes" in out and "LiteRT outputs: bit-identical" in out
+    assert "cp-sat   bottleneck 2.519 ms" in out and "proven optimal" in out and "learned  bottleneck" in out
+    assert "chained segments vs whole model: bit-identical" in out
+    assert sorted(os.listdir(tmp_path / "hrnet_coral")) == [f"hrnet_seg{k}.tflite" for k in range(4)] + [
+        "manifest.json"]
