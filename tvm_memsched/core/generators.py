@@ -64,6 +64,13 @@ def random_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 3, multi_output_p
     return Graph(tensors, ops, inputs, outputs, name=f"random-{n_ops}-s{seed}")
 
 
+def _layered_graph(tensors: list, ops: list, name: str) -> Graph:
+    """The graph of a layered generator: input ``"input"``, every op output nobody reads is a graph output."""
+    read = {t for op in ops for t in op.inputs}
+    outputs = [op.outputs[0] for op in ops if op.outputs[0] not in read]
+    return Graph(tensors, ops, ["input"], outputs, name=name)
+
+
 def layered_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 6, width: tuple[int, int] = (2, 6),
                 size_choices: tuple[int, ...] = (1, 2, 4, 8, 16, 32), base_bytes: int = 4096,
                 multi_consumer_prob: float = 0.5) -> Graph:
@@ -101,9 +108,7 @@ def layered_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 6, width: tuple[
             layer.append(name)
             v += 1
         layers.append(layer)
-    read = {t for op in ops for t in op.inputs}
-    outputs = [op.outputs[0] for op in ops if op.outputs[0] not in read]
-    return Graph(tensors, ops, ["input"], outputs, name=f"layered-{n_ops}-s{seed}")
+    return _layered_graph(tensors, ops, f"layered-{n_ops}-s{seed}")
 
 
 def coral_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 4, width: tuple[int, int] = (1, 4)) -> Graph:
@@ -175,9 +180,7 @@ def coral_dag(n_ops: int, seed: int = 0, *, max_inputs: int = 4, width: tuple[in
             layer.append(name)
             v += 1
         layers.append(layer)
-    read = {t for op in ops for t in op.inputs}
-    outputs = [op.outputs[0] for op in ops if op.outputs[0] not in read]
-    return Graph(tensors, ops, ["input"], outputs, name=f"coral-{n_ops}-s{seed}")
+    return _layered_graph(tensors, ops, f"coral-{n_ops}-s{seed}")
 
 
 # --------------------------------------------------------------------- cells
