@@ -135,11 +135,11 @@ def reinforce(args, net, load, export, train, val, tx, ty, config, best, best_pa
                 n = g.num_ops
                 logits = net(tx[i])[:, 0]
                 lg = logits.detach().numpy().reshape(n, k - 1)
-                base = CL.decode(g, lg, k, costs, n)[4]
+                base = CL.decode(g, lg, k, costs, n)[3]
                 probs = torch.sigmoid(logits.detach())
                 for _ in range(args.rl_samples):
                     bits = torch.bernoulli(probs, generator=gen)
-                    ps = CL.decode(g, (bits.numpy() * 16.0 - 8.0).reshape(n, k - 1), k, costs, n)[4]
+                    ps = CL.decode(g, (bits.numpy() * 16.0 - 8.0).reshape(n, k - 1), k, costs, n)[3]
                     adv = (base - ps) / exact
                     adv_sum += adv
                     better += ps < base

@@ -81,6 +81,7 @@ from ..core.errors import MemschedError
 from ..core.graph import Graph
 
 __all__ = ["EdgeTpuCostModel", "StageFigures", "Segmentation", "segment", "evaluate", "stage_io",
+           "stage_tensors", "stage_members", "stage_param_bytes",
            "dp_segment", "window_dp", "cpsat_segment", "write_segments", "run_segments", "edgetpu_compiler_commands",
            "coral_export", "DEFAULT_COST_MODEL"]
 
@@ -238,46 +239,71 @@ class _Costs:
         return compute_ps + self.stream * max(0, param_bytes - self.sram) + self.link * io_bytes
 
 
+def stage_tensors(graph: Graph, stage_of: Sequence[int], ops: Sequence[int], s: int) -> tuple[set, set]:
+    """Tensor ids entering and leaving stage ``s`` (its ops ``ops``) for a monotone stage assignment.
+
+    The one definition of the pipeline contract (see the module docstring):
+    a stage takes what its ops read from earlier stages (stage 0 also every
+    model input) and gives what later stages read; model outputs produced
+    earlier pass through. Costs ``O(its ops * degree + model outputs)``, so
+    local searches can re-evaluate the stages a move touches.
+    """
+    g = graph
+    ins: set = set(g.input_ids) if s == 0 else set()
+    outs: set = set()
+    for v in ops:
+        for t in g.op_inputs[v]:
+            p = g.producer[t]
+            if p < 0 or stage_of[p] != s:
+                ins.add(t)
+        for t in g.op_outputs[v]:
+            if g.is_output[t] or any(stage_of[c] > s for c in g.consumers[t]):
+                outs.add(t)
+    for t in g.output_ids:
+        p = g.producer[t]
+        if (-1 if p < 0 else stage_of[p]) < s:
+            ins.add(t)
+            outs.add(t)
+    return ins, outs
+
+
+def stage_members(stage_of: Sequence[int], k: int) -> list:
+    """Op ids of every stage, ascending."""
+    members = [[] for _ in range(k)]
+    for v, s in enumerate(stage_of):
+        members[s].append(v)
+    return members
+
+
 def stage_io(graph: Graph, stage_of: Sequence[int], k: int) -> tuple[list, list]:
-    """Tensor ids entering and leaving every stage for a stage assignment (see the module docstring).
+    """Tensor ids entering and leaving every stage for a stage assignment (see :func:`stage_tensors`).
 
     ``stage_of[v]`` is the stage of op id ``v``; it must not decrease along
     edges. Returns ``(ins, outs)``, two lists of ``k`` sorted lists of tensor ids.
     """
-    ins = [set() for _ in range(k)]
-    outs = [set() for _ in range(k)]
     for t in range(graph.num_tensors):
         p = graph.producer[t]
-        ps = -1 if p < 0 else stage_of[p]
-        cons = {stage_of[c] for c in graph.consumers[t]}
-        if any(s < ps for s in cons):
+        if p >= 0 and any(stage_of[c] < stage_of[p] for c in graph.consumers[t]):
             raise MemschedError(f"tensor '{graph.tensors[t].name}' is read in a stage before its producer's")
-        for s in cons:
-            if s != ps:
-                ins[s].add(t)
-        if graph.is_input[t]:
-            ins[0].add(t)
-        if graph.is_output[t]:
-            for s in range(max(ps, 0), k):
-                outs[s].add(t)
-            for s in range(ps + 1, k):
-                ins[s].add(t)
-        elif ps >= 0 and any(s > ps for s in cons):
-            outs[ps].add(t)
-    return [sorted(s) for s in ins], [sorted(s) for s in outs]
+    io = [stage_tensors(graph, stage_of, ops, s) for s, ops in enumerate(stage_members(stage_of, k))]
+    return [sorted(i) for i, _ in io], [sorted(o) for _, o in io]
+
+
+def stage_param_bytes(costs: "_Costs", ops: Sequence[int]) -> int:
+    """Parameter bytes a stage holds: every buffer its ops read, counted once."""
+    bufs = {}
+    for v in ops:
+        for key, n in costs.params[v]:
+            bufs[key] = n
+    return sum(bufs.values())
 
 
 def _figures(costs: _Costs, stage_of: Sequence[int], k: int) -> tuple[list, list]:
     g = costs.graph
     ins, outs = stage_io(g, stage_of, k)
     figs = []
-    for s in range(k):
-        ops = [v for v in range(g.num_ops) if stage_of[v] == s]
-        bufs = {}
-        for v in ops:
-            for key, n in costs.params[v]:
-                bufs[key] = n
-        pb = sum(bufs.values())
+    for s, ops in enumerate(stage_members(stage_of, k)):
+        pb = stage_param_bytes(costs, ops)
         cps = sum(costs.cps[v] for v in ops)
         ib = sum(g.size[t] for t in ins[s])
         ob = sum(g.size[t] for t in outs[s])

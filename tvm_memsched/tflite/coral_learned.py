@@ -76,7 +76,7 @@ import numpy as np
 from ..core.errors import MemschedError
 from ..core.graph import Graph
 from .coral import (DEFAULT_COST_MODEL, PS_PER_MS, EdgeTpuCostModel, Segmentation, _Costs, _figures,
-                    dp_segment, window_dp)
+                    dp_segment, stage_members, stage_param_bytes, stage_tensors, window_dp)
 
 __all__ = ["OP_FEATURES", "GRAPH_FEATURES", "BOUNDARY_FEATURES", "FEATURE_VERSION", "SegmenterModel",
            "load_segmenter", "default_segmenter_path", "save_segmenter", "segmenter_features", "decode",
@@ -148,8 +148,7 @@ class _Features:
         c_tot = float(cps.sum()) or 1.0
         p_tot = float(pb.sum())
         sram = float(max(costs.sram, 1))
-        io_model = sum(g.size[t] for t in range(g.num_tensors) if g.is_input[t]) + \
-            sum(g.size[t] for t in range(g.num_tensors) if g.is_output[t])
+        io_model = sum(g.size[t] for t in g.input_ids) + sum(g.size[t] for t in g.output_ids)
         stream1 = costs.stream * max(0.0, p_tot - costs.sram)
         t1 = float(cps.sum() + stream1 + costs.link * io_model) or 1.0
         out_link = np.array([costs.link * g.output_bytes[v] for v in range(n)], dtype=np.float64)
@@ -372,7 +371,7 @@ def viterbi_cuts(logits: np.ndarray, order: Sequence[int], k: int) -> list:
 
 
 def decode(graph: Graph, logits: np.ndarray, k: int, costs: _Costs, window: int) -> tuple:
-    """One decode of ``logits`` (n x (k-1)): ``(order, raw cuts, polished cuts, raw ps, polished ps)``."""
+    """One decode of ``logits`` (n x (k-1)): ``(order, polished cuts, raw ps, polished ps)``."""
     z = (1.0 / (1.0 + np.exp(-logits))).sum(axis=1) if k > 1 else np.zeros(graph.num_ops)
     order = priority_order(graph, z)
     cuts = viterbi_cuts(logits, order, k)
@@ -381,7 +380,7 @@ def decode(graph: Graph, logits: np.ndarray, k: int, costs: _Costs, window: int)
         pcuts, ps = window_dp(costs, order, cuts, window)
     else:
         pcuts, ps = cuts, raw_ps
-    return order, cuts, pcuts, raw_ps, ps
+    return order, pcuts, raw_ps, ps
 
 
 def _stage_of(n: int, order: Sequence[int], cuts: Sequence[int]) -> list:
@@ -401,38 +400,14 @@ def _bottleneck(costs: _Costs, order: Sequence[int], cuts: Sequence[int]) -> int
 
 
 def stage_times(costs: _Costs, stage_of: Sequence[int], members: Sequence, stages: Sequence[int]) -> dict:
-    """Integer times of some ``stages`` (same semantics as :func:`.coral.stage_io` / :func:`.coral.evaluate`).
-
-    ``members[s]`` lists the ops of stage ``s``; costs ``O(ops in those stages * degree + model outputs)``.
-    """
-    g = costs.graph
-    size = g.size
+    """Integer times of some ``stages`` (``members[s]``: the ops of stage ``s``), as :func:`.coral.evaluate`
+    computes them, at the cost of those stages only (:func:`.coral.stage_tensors`)."""
+    size = costs.graph.size
     out: dict = {}
     for s in stages:
-        ins: set = set()
-        outs: set = set()
-        seen: dict = {}
-        cps = 0
-        for v in members[s]:
-            cps += costs.cps[v]
-            for key, nb in costs.params[v]:
-                seen[key] = nb
-            for t in g.op_inputs[v]:
-                p = g.producer[t]
-                if p < 0 or stage_of[p] != s:
-                    ins.add(t)
-            for t in g.op_outputs[v]:
-                if g.is_output[t] or any(stage_of[c] > s for c in g.consumers[t]):
-                    outs.add(t)
-        if s == 0:
-            ins.update(t for t in g.input_ids)
-        for t in g.output_ids:
-            p = g.producer[t]
-            ps = -1 if p < 0 else stage_of[p]
-            if ps < s:
-                ins.add(t)
-                outs.add(t)
-        out[s] = costs.stage_time(cps, sum(seen.values()), sum(size[t] for t in ins) + sum(size[t] for t in outs))
+        ins, outs = stage_tensors(costs.graph, stage_of, members[s], s)
+        out[s] = costs.stage_time(sum(costs.cps[v] for v in members[s]), stage_param_bytes(costs, members[s]),
+                                  sum(size[t] for t in ins) + sum(size[t] for t in outs))
     return out
 
 
@@ -447,9 +422,7 @@ def local_search(costs: _Costs, stage_of: Sequence[int], k: int, max_moves: int)
     """
     g = costs.graph
     so = list(stage_of)
-    members = [[] for _ in range(k)]
-    for v, s in enumerate(so):
-        members[s].append(v)
+    members = stage_members(so, k)
     times = stage_times(costs, so, members, range(k))
     moves = 0
     while moves < max_moves:
@@ -490,8 +463,8 @@ def local_search(costs: _Costs, stage_of: Sequence[int], k: int, max_moves: int)
 def trivial_lower_bound_ps(costs: _Costs, k: int) -> int:
     """No K-stage pipeline is faster: compute / K, the slowest op, the model inputs' / outputs' transfers."""
     g = costs.graph
-    ins = sum(g.size[t] for t in range(g.num_tensors) if g.is_input[t])
-    outs = sum(g.size[t] for t in range(g.num_tensors) if g.is_output[t])
+    ins = sum(g.size[t] for t in g.input_ids)
+    outs = sum(g.size[t] for t in g.output_ids)
     return int(max(-(-sum(costs.cps) // k), max(costs.cps, default=0), costs.link * ins, costs.link * outs))
 
 
@@ -546,12 +519,12 @@ def segment_learned(graph: Graph, k: int, *, cost_model: EdgeTpuCostModel | None
     else:
         logits = np.zeros((n, 0))
     t_model = time.perf_counter() - start
-    dec_order, _, cuts, raw_ps, best = decode(graph, logits, k, costs, window)
+    dec_order, cuts, raw_ps, best = decode(graph, logits, k, costs, window)
     best_order, best_cuts, best_from = dec_order, cuts, "greedy"
     rng = np.random.default_rng(seed)
     for _ in range(samples if k > 1 else 0):
         u = rng.uniform(1e-9, 1 - 1e-9, size=logits.shape)
-        o, _, c, _, ps = decode(graph, logits + temperature * np.log(u / (1 - u)), k, costs, window)
+        o, c, _, ps = decode(graph, logits + temperature * np.log(u / (1 - u)), k, costs, window)
         if ps < best:
             best_order, best_cuts, best, best_from = o, c, ps, "sample"
     if final_dp and k > 1 and window < n:
