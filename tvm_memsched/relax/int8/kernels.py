@@ -1,0 +1,465 @@
+"""Integer kernels of TFLite's int8 operators as TIR PrimFuncs, free of full-size temporaries.
+
+Every builder returns a scheduled ``PrimFunc`` that computes one TFLite
+operator exactly as its reference kernel does (TFLite Micro / LiteRT
+``reference_integer_ops``): int32 accumulation of offset-corrected int8
+products, the bias, TFLite's ``MultiplyByQuantizedMultiplier`` (per tensor or
+per channel), the output offset and the activation clamp. Padding is read
+through index arithmetic (never copied); reductions are computed per output
+element into a one-element local accumulator (``compute_at`` under the
+output's innermost loop), so a kernel needs no workspace.
+
+Quantization parameters that are the same for the whole tensor are baked into
+the kernel as immediates; per-channel multipliers and shifts are int32 input
+buffers. The PrimFuncs carry ``op_pattern`` = opaque so that TVM's FuseOps
+keeps each TFLite operator one kernel.
+
+Example
+-------
+>>> f = lut((1, 4), "int8")
+>>> [p.name for p in f.params]
+['x', 'table', 'y']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import te, tirx
+
+from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
+
+__all__ = ["Requant", "Chain", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
+           "mean", "quantize", "prelu", "softmax", "schedule_reductions", "finish", "OPAQUE"]
+
+#: TVM's ``OpPatternKind::kOpaque``
+OPAQUE = 8
+
+
+@dataclass(frozen=True)
+class Requant:
+    """Output stage of an integer kernel: ``clamp(MBQM(acc, multiplier, shift) + offset, lo, hi)``.
+
+    ``multiplier``/``shift`` are ints (per tensor) or ``None`` when the kernel
+    takes them as per-channel int32 buffers.
+    """
+
+    multiplier: int | None
+    shift: int | None
+    offset: int
+    lo: int = -128
+    hi: int = 127
+
+    @property
+    def per_channel(self) -> bool:
+        return self.multiplier is None
+
+    def output(self, chain: "Chain", acc, m=None, s=None, out_dtype: str = "int8"):
+        """The kernel's output tensor ``y`` from the int32 tensor ``acc`` (per-channel buffers ``m``/``s``
+        indexed by the last axis)."""
+        mult = self.multiplier if m is None else (lambda i: m[i[-1]])
+        shift = self.shift if s is None else (lambda i: s[i[-1]])
+        scaled = chain.requant(acc, mult, shift)
+        return te.compute(chain.shape, lambda *i: clamp(scaled[i] + _i8(self.offset), self.lo, self.hi)
+                          .astype(out_dtype), name="y")
+
+
+class Chain:
+    """Element-wise int32 stages over one output shape.
+
+    Each stage is a TE tensor that :func:`schedule_reductions` computes under the
+    output's innermost loop into a one-element local buffer, so a long chain of
+    integer steps costs registers, not memory, and no subexpression is
+    duplicated (TVM 0.27's TIR passes reject expression-level ``Let``).
+    """
+
+    def __init__(self, shape, prefix: str = "t"):
+        self.shape, self.prefix, self.n = tuple(shape), prefix, 0
+
+    def __call__(self, fn):
+        self.n += 1
+        return te.compute(self.shape, fn, name=f"{self.prefix}{self.n}")
+
+    def requant(self, x, mult, shift):
+        """``MultiplyByQuantizedMultiplier(x, mult, shift)``; ``mult``/``shift`` ints or ``f(index) -> expr``."""
+        m = mult if callable(mult) else (lambda i: mult)
+        sh = shift if callable(shift) else (lambda i: shift)
+        hi = self(lambda *i: srdhm(left_shift(x[i], sh(i)), m(i)))
+        return self(lambda *i: rdbpot(hi[i], right_shift_amount(sh(i))))
+
+
+def finish(tensors, name: str, *, reduce_into: str | None = None) -> tvm.tirx.PrimFunc:
+    """PrimFunc of the TE ``tensors`` (inputs ..., output), reductions computed per output element."""
+    func = te.create_prim_func(list(tensors))
+    if reduce_into is not None:
+        func = schedule_reductions(func, reduce_into)
+    return func.with_attr("op_pattern", OPAQUE).with_attr("global_symbol", name).with_attr(
+        "tvm_memsched.int8", name)
+
+
+def schedule_reductions(func, output_block: str) -> tvm.tirx.PrimFunc:
+    """``compute_at`` every other block under the innermost loop of ``output_block`` (scope ``local``)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    out = sch.get_sblock(output_block)
+    root = sch.get_sblock("root")
+    producers = [b for b in sch.get_child_blocks(root) if sch.get(b).name_hint != output_block]
+    for blk in reversed(producers):
+        loops = sch.get_loops(out)
+        sch.compute_at(blk, loops[-1], preserve_unit_loops=False)
+        sch.set_scope(blk, 0, "local")
+    return sch.mod["main"]
+
+
+def _i8(v: int):
+    return tirx.const(int(v), "int32")
+
+
+def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: int, depth_multiplier: int = 0,
+           in_offset: int, requant: Requant, has_bias: bool, in_dtype: str = "int8",
+           w_dtype: str = "int8", out_dtype: str = "int8", name: str = "conv2d_int8") -> tvm.tirx.PrimFunc:
+    """NHWC int8 convolution (``w`` OHWI) or depthwise convolution (``depth_multiplier`` > 0, ``w`` 1HW(C*M)).
+
+    Parameters
+    ----------
+    strides, dilation : (int, int)
+    padding : (top, left, bottom, right)
+        Zero padding in real values, i.e. padded inputs contribute nothing.
+    in_offset : int
+        ``-input_zero_point``.
+    requant : Requant
+        Output stage; per-channel multipliers/shifts become buffer parameters ``mult``/``shift``.
+    """
+    n_, h_, w_, c_ = x_shape
+    _, oh_, ow_, oc_ = out_shape
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl = padding[0], padding[1]
+    x = te.placeholder(x_shape, in_dtype, "x")
+    w = te.placeholder(w_shape, w_dtype, "w")
+    params = [x, w]
+    if has_bias:
+        b = te.placeholder((oc_,), "int32", "bias")
+        params.append(b)
+    if requant.per_channel:
+        m = te.placeholder((oc_,), "int32", "mult")
+        s = te.placeholder((oc_,), "int32", "shift")
+        params += [m, s]
+    off = _i8(in_offset)
+    if depth_multiplier:
+        kh_, kw_ = w_shape[1], w_shape[2]
+        rh = te.reduce_axis((0, kh_), "rh")
+        rw = te.reduce_axis((0, kw_), "rw")
+
+        def body(n, oh, ow, oc):
+            ih = oh * sh - pt + rh * dh
+            iw = ow * sw - pl + rw * dw
+            inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
+            xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), oc // depth_multiplier]
+            prod = (cast_i32(xv) + off) * cast_i32(w[0, rh, rw, oc])
+            return te.sum(tirx.if_then_else(inside, prod, _i8(0)), axis=[rh, rw])
+    else:
+        kh_, kw_, icg = w_shape[1], w_shape[2], w_shape[3]
+        ocg = oc_ // groups
+        rh = te.reduce_axis((0, kh_), "rh")
+        rw = te.reduce_axis((0, kw_), "rw")
+        rc = te.reduce_axis((0, icg), "rc")
+
+        def body(n, oh, ow, oc):
+            ih = oh * sh - pt + rh * dh
+            iw = ow * sw - pl + rw * dw
+            inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
+            ic = rc if groups == 1 else (oc // ocg) * icg + rc
+            xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), ic]
+            prod = (cast_i32(xv) + off) * cast_i32(w[oc, rh, rw, rc])
+            return te.sum(tirx.if_then_else(inside, prod, _i8(0)), axis=[rh, rw, rc])
+
+    acc = te.compute(out_shape, body, name="acc")
+    chain = Chain(out_shape)
+    total = chain(lambda *i: acc[i] + b[i[-1]]) if has_bias else acc
+    y = requant.output(chain, total, *(params[-2:] if requant.per_channel else ()), out_dtype=out_dtype)
+    return finish(params + [y], name, reduce_into="y")
+
+
+def dense(x_shape, w_shape, *, in_offset: int, w_offset: int, requant: Requant, has_bias: bool,
+          out_dtype: str = "int8", name: str = "dense_int8") -> tvm.tirx.PrimFunc:
+    """FULLY_CONNECTED: ``x`` (..., K) int8, ``w`` (N, K) int8 -> (..., N)."""
+    k_ = x_shape[-1]
+    n_ = w_shape[0]
+    out_shape = tuple(x_shape[:-1]) + (n_,)
+    x = te.placeholder(x_shape, "int8", "x")
+    w = te.placeholder(w_shape, "int8", "w")
+    params = [x, w]
+    if has_bias:
+        b = te.placeholder((n_,), "int32", "bias")
+        params.append(b)
+    if requant.per_channel:
+        m = te.placeholder((n_,), "int32", "mult")
+        s = te.placeholder((n_,), "int32", "shift")
+        params += [m, s]
+    rk = te.reduce_axis((0, k_), "rk")
+
+    def body(*idx):
+        lead, j = idx[:-1], idx[-1]
+        return te.sum((cast_i32(x[(*lead, rk)]) + _i8(in_offset)) * (cast_i32(w[j, rk]) + _i8(w_offset)), axis=rk)
+
+    acc = te.compute(out_shape, body, name="acc")
+    chain = Chain(out_shape)
+    total = chain(lambda *i: acc[i] + b[i[-1]]) if has_bias else acc
+    y = requant.output(chain, total, *(params[-2:] if requant.per_channel else ()), out_dtype=out_dtype)
+    return finish(params + [y], name, reduce_into="y")
+
+
+def lut(shape, dtype: str = "int8", out_dtype: str | None = None, name: str = "lut_int8") -> tvm.tirx.PrimFunc:
+    """Element-wise table look-up ``y = table[x - min(dtype)]`` (any int8/uint8 unary operator)."""
+    out_dtype = out_dtype or dtype
+    x = te.placeholder(shape, dtype, "x")
+    table = te.placeholder((256,), out_dtype, "table")
+    base = 128 if dtype == "int8" else 0
+    y = te.compute(shape, lambda *i: table[cast_i32(x[i]) + _i8(base)], name="y")
+    return finish([x, table, y], name)
+
+
+def _broadcast_index(shape, out_shape, idx):
+    """Index into an operand of ``shape`` broadcast (numpy rules) to ``out_shape``."""
+    lead = len(out_shape) - len(shape)
+    return tuple(0 if shape[k] == 1 and out_shape[k + lead] != 1 else idx[k + lead] for k in range(len(shape)))
+
+
+def binary_add(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, left_shift: int, a_mult: int,
+               a_shift: int, b_mult: int, b_shift: int, out: Requant, negate_b: bool = False,
+               name: str = "add_int8") -> tvm.tirx.PrimFunc:
+    """int8 ADD (and SUB with ``negate_b``): TFLite's ``AddFunc`` with ``left_shift`` pre-scaling."""
+    a = te.placeholder(a_shape, "int8", "a")
+    b = te.placeholder(b_shape, "int8", "b")
+
+    chain = Chain(out_shape)
+    sa = chain.requant(chain(lambda *i: (cast_i32(a[_broadcast_index(a_shape, out_shape, i)]) + _i8(a_offset))
+                             * _i8(1 << left_shift)), a_mult, a_shift)
+    sb = chain.requant(chain(lambda *i: (cast_i32(b[_broadcast_index(b_shape, out_shape, i)]) + _i8(b_offset))
+                             * _i8(1 << left_shift)), b_mult, b_shift)
+    raw = chain(lambda *i: sa[i] - sb[i] if negate_b else sa[i] + sb[i])
+    y = out.output(chain, raw)
+    return finish([a, b, y], name, reduce_into="y")
+
+
+def binary_mul(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, out: Requant,
+               name: str = "mul_int8") -> tvm.tirx.PrimFunc:
+    """int8 MUL: ``clamp(MBQM((a + a_off) * (b + b_off)) + out_off)``."""
+    a = te.placeholder(a_shape, "int8", "a")
+    b = te.placeholder(b_shape, "int8", "b")
+
+    chain = Chain(out_shape)
+    prod = chain(lambda *i: (cast_i32(a[_broadcast_index(a_shape, out_shape, i)]) + _i8(a_offset))
+                 * (cast_i32(b[_broadcast_index(b_shape, out_shape, i)]) + _i8(b_offset)))
+    y = out.output(chain, prod)
+    return finish([a, b, y], name, reduce_into="y")
+
+
+def prelu(x_shape, alpha_shape, *, in_offset: int, alpha_offset: int, mult1: int, shift1: int, mult2: int,
+          shift2: int, out_offset: int, name: str = "prelu_int8") -> tvm.tirx.PrimFunc:
+    """int8 PRELU (TFLite ``BroadcastPrelu4DSlow``): two multipliers, identity and alpha."""
+    x = te.placeholder(x_shape, "int8", "x")
+    alpha = te.placeholder(alpha_shape, "int8", "alpha")
+
+    chain = Chain(x_shape)
+    v = chain(lambda *i: cast_i32(x[i]) + _i8(in_offset))
+    al = chain(lambda *i: cast_i32(alpha[_broadcast_index(alpha_shape, x_shape, i)]) + _i8(alpha_offset))
+    pos = chain.requant(v, mult1, shift1)
+    neg = chain.requant(chain(lambda *i: v[i] * al[i]), mult2, shift2)
+    y = te.compute(x_shape, lambda *i: clamp(tirx.Select(v[i] >= _i8(0), pos[i], neg[i]) + _i8(out_offset),
+                                             -128, 127).astype("int8"), name="y")
+    return finish([x, alpha, y], name, reduce_into="y")
+
+
+def _pool_window(x_shape, out_shape, pool, strides, padding):
+    _, h_, w_, _ = x_shape
+    sh, sw = strides
+    pt, pl = padding[0], padding[1]
+    kh_, kw_ = pool
+
+    def window(oh, ow):
+        hs = oh * sh - pt
+        ws = ow * sw - pl
+        return hs, ws
+
+    return h_, w_, kh_, kw_, window
+
+
+def avg_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi: int = 127,
+               name: str = "avg_pool_int8") -> tvm.tirx.PrimFunc:
+    """int8 AVERAGE_POOL_2D: sum over the valid window, divided with rounding half away from zero."""
+    h_, w_, kh_, kw_, window = _pool_window(x_shape, out_shape, pool, strides, padding)
+    x = te.placeholder(x_shape, "int8", "x")
+    rh = te.reduce_axis((0, kh_), "rh")
+    rw = te.reduce_axis((0, kw_), "rw")
+
+    def body(n, oh, ow, c):
+        hs, ws = window(oh, ow)
+        ih, iw = hs + rh, ws + rw
+        inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
+        xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), c]
+        return te.sum(tirx.if_then_else(inside, cast_i32(xv), _i8(0)), axis=[rh, rw])
+
+    acc = te.compute(out_shape, body, name="acc")
+
+    def epilogue(n, oh, ow, c):
+        hs, ws = window(oh, ow)
+        h0, h1 = tirx.max(hs, 0), tirx.min(hs + kh_, h_)
+        w0, w1 = tirx.max(ws, 0), tirx.min(ws + kw_, w_)
+        count = ((h1 - h0) * (w1 - w0)).astype("int32")
+        s = acc[n, oh, ow, c]
+        half = tirx.truncdiv(count, _i8(2))
+        avg = tirx.Select(s > _i8(0), tirx.truncdiv(s + half, count), tirx.truncdiv(s - half, count))
+        return clamp(avg, lo, hi).astype("int8")
+
+    y = te.compute(out_shape, epilogue, name="y")
+    return finish([x, y], name, reduce_into="y")
+
+
+def max_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi: int = 127,
+               name: str = "max_pool_int8") -> tvm.tirx.PrimFunc:
+    """int8 MAX_POOL_2D over the valid window, clamped to the activation range."""
+    h_, w_, kh_, kw_, window = _pool_window(x_shape, out_shape, pool, strides, padding)
+    x = te.placeholder(x_shape, "int8", "x")
+    rh = te.reduce_axis((0, kh_), "rh")
+    rw = te.reduce_axis((0, kw_), "rw")
+
+    def body(n, oh, ow, c):
+        hs, ws = window(oh, ow)
+        ih, iw = hs + rh, ws + rw
+        inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
+        xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), c]
+        return te.max(tirx.if_then_else(inside, cast_i32(xv), _i8(-128)), axis=[rh, rw])
+
+    acc = te.compute(out_shape, body, name="acc")
+    y = te.compute(out_shape, lambda *i: clamp(acc[i], lo, hi).astype("int8"), name="y")
+    return finish([x, y], name, reduce_into="y")
+
+
+def mean(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mult: int, shift: int, out_offset: int,
+         name: str = "mean_int8") -> tvm.tirx.PrimFunc:
+    """int8 MEAN (TFLite ``QuantizedMeanOrSum`` / integer ``Mean``): sum of ``x - zp_in`` over ``axes``,
+    ``MBQM(sum, mult, shift)`` (the scale ratio divided by the element count folded into the multiplier),
+    plus the output zero point, saturated."""
+    x = te.placeholder(x_shape, "int8", "x")
+    axes = sorted(a % len(x_shape) for a in axes)
+    red = [te.reduce_axis((0, x_shape[a]), f"r{a}") for a in axes]
+
+    def full_index(out_idx):
+        out_idx = list(out_idx)
+        idx, ri, oi = [], 0, 0
+        for k in range(len(x_shape)):
+            if k in axes:
+                idx.append(red[ri])
+                ri += 1
+                if keepdims:
+                    oi += 1
+            else:
+                idx.append(out_idx[oi])
+                oi += 1
+        return tuple(idx)
+
+    acc = te.compute(out_shape, lambda *i: te.sum(cast_i32(x[full_index(i)]) + _i8(in_offset), axis=red),
+                     name="acc")
+    y = Requant(mult, shift, out_offset).output(Chain(out_shape), acc)
+    return finish([x, y], name, reduce_into="y")
+
+
+def quantize(shape, *, scale_f32: float, zero_point: int, out_dtype: str = "int8",
+             name: str = "quantize_int8") -> tvm.tirx.PrimFunc:
+    """float32 -> int8 QUANTIZE: ``clamp(round_half_away(x / scale) + zp)`` in float32 (TFLite ``AffineQuantize``)."""
+    x = te.placeholder(shape, "float32", "x")
+    lo, hi = (-128, 127) if out_dtype == "int8" else (0, 255)
+    scale = tirx.const(scale_f32, "float32")
+
+    def body(*i):
+        v = x[i] / scale
+        t = tirx.trunc(v)
+        frac = v - t
+        half = tirx.const(0.5, "float32")
+        r = tirx.Select(frac >= half, t + tirx.const(1.0, "float32"),
+                        tirx.Select(frac <= -half, t - tirx.const(1.0, "float32"), t))
+        r = tirx.max(tirx.min(r, tirx.const(2.0e9, "float32")), tirx.const(-2.0e9, "float32"))
+        return clamp(r.astype("int32") + _i8(zero_point), lo, hi).astype(out_dtype)
+
+    y = te.compute(shape, body, name="y")
+    return finish([x, y], name)
+
+
+def _saturating_shl(x, k: int):
+    """gemmlowp ``SaturatingRoundingMultiplyByPOT<k>`` for k > 0 on int32 (``x`` used three times)."""
+    threshold = (1 << (31 - k)) - 1
+    return tirx.Select(x > _i8(threshold), _i8((1 << 31) - 1),
+                       tirx.Select(x < _i8(-threshold), _i8(-(1 << 31)), x << _i8(k)))
+
+
+def softmax(shape, *, exp_table, sum_table, name: str = "softmax_int8") -> tvm.tirx.PrimFunc:
+    """int8 SOFTMAX over the last axis (TFLite ``reference_ops::Softmax``, int8 -> int8, scale 1/256, zp -128).
+
+    ``exp_table[d + 255]`` is ``exp_on_negative_values`` of the rescaled difference
+    ``d = x - max(row)`` as a Q0.31 raw value (0 below ``diff_min``) and
+    ``sum_table`` the same rounded to the Q12 accumulator; both are computed by
+    :func:`.params.softmax_tables` with TFLite's fixed-point algorithm, so the
+    kernel only sums, takes TFLite's ``GetReciprocal`` and scales.
+    """
+    outer, depth = tuple(shape[:-1]), shape[-1]
+    x = te.placeholder(shape, "int8", "x")
+    texp = te.placeholder((256,), "int32", "exp_table")
+    tsum = te.placeholder((256,), "int32", "sum_table")
+    k1 = te.reduce_axis((0, depth), "k1")
+    k2 = te.reduce_axis((0, depth), "k2")
+    mx = te.compute(outer, lambda *r: te.max(cast_i32(x[(*r, k1)]), axis=k1), name="row_max")
+    total = te.compute(outer, lambda *r: te.sum(tsum[cast_i32(x[(*r, k2)]) - mx[r] + _i8(255)], axis=k2),
+                       name="row_sum")
+    rows = Chain(outer, prefix="row_t")
+    # GetReciprocal(total, 12): count leading zeros of the (positive) sum by binary search
+    def clz_step(pn, pv, bits):          # on int64 values in [1, 2**32)
+        limit = tirx.const((1 << (32 - bits)) - 1, "int64")
+        n = rows(lambda *r: tirx.Select(pv[r] <= limit, pn[r] + _i8(bits), pn[r]))
+        v = rows(lambda *r: tirx.Select(pv[r] <= limit, pv[r] << tirx.const(bits, "int64"), pv[r]))
+        return n, v
+
+    n, v = rows(lambda *r: _i8(0)), rows(lambda *r: total[r].astype("int64"))
+    for bits in (16, 8, 4, 2, 1):
+        n, v = clz_step(n, v, bits)
+    clz = n
+    # shifted_sum_minus_one = (x << clz) - 2**31 as uint32 arithmetic
+    ssm1 = rows(lambda *r: ((total[r].astype("int64") << clz[r].astype("int64"))
+                            - tirx.const(1 << 31, "int64")).astype("int32"))
+    # one_over_one_plus_x_for_x_in_0_1 (gemmlowp): RoundingHalfSum(a, One), then Newton-Raphson in Q2.29
+    s64 = rows(lambda *r: ssm1[r].astype("int64") + tirx.const((1 << 31) - 1, "int64"))
+    half = rows(lambda *r: tirx.truncdiv(s64[r] + tirx.Select(s64[r] >= tirx.const(0, "int64"),
+                                                              tirx.const(1, "int64"), tirx.const(-1, "int64")),
+                                         tirx.const(2, "int64")).astype("int32"))
+    xk = rows(lambda *r: _i8(1515870810) + srdhm(half[r], _i8(-1010580540)))
+
+    def newton_step(prev):
+        hdx = rows(lambda *r: srdhm(half[r], prev[r]))
+        prod = rows(lambda *r: srdhm(prev[r], _i8(1 << 29) - hdx[r]))
+        return rows(lambda *r: prev[r] + _saturating_shl(prod[r], 2))
+
+    for _ in range(3):
+        xk = newton_step(xk)
+    scale = rows(lambda *r: _saturating_shl(xk[r], 1))
+    exponent = rows(lambda *r: _i8(12) - clz[r] + _i8(31 - 8))
+    elems = Chain(shape, prefix="t")
+    e = elems(lambda *i: srdhm(scale[i[:-1]], texp[cast_i32(x[i]) - mx[i[:-1]] + _i8(255)]))
+    u = elems(lambda *i: rdbpot(e[i], exponent[i[:-1]]))
+    y = te.compute(shape, lambda *i: clamp(u[i] - _i8(128), -128, 127).astype("int8"), name="y")
+    func = te.create_prim_func([x, texp, tsum, y])
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    out = sch.get_sblock("y")
+    root = sch.get_sblock("root")
+    others = [b for b in sch.get_child_blocks(root) if sch.get(b).name_hint != "y"]
+    for blk in reversed(others):
+        loops = sch.get_loops(out)
+        at = loops[-1] if sch.get(blk).name_hint.startswith("t") else loops[len(outer) - 1]
+        sch.compute_at(blk, at, preserve_unit_loops=False)
+        sch.set_scope(blk, 0, "local")
+    return sch.mod["main"].with_attr("op_pattern", OPAQUE).with_attr("global_symbol", name).with_attr(
+        "tvm_memsched.int8", name)

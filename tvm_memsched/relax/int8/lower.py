@@ -1,0 +1,376 @@
+"""``IntegerLowering``: run a quantized (QDQ) Relax model with TFLite's integer kernels.
+
+TVM imports an int8 TFLite model as dequantize -> float operator -> quantize;
+compiled as is, every weight becomes a float32 constant (4x the flash) and
+every kernel computes in float. This pass finds each quantized operator
+(:mod:`.patterns`) and replaces the group by one ``call_tir`` of an integer
+kernel (:mod:`.kernels`) that computes what TFLite's reference kernel computes,
+bit for bit: int8 weights and int32 biases stay integer constants, per-channel
+multipliers and shifts are int32 constants, element-wise one-input operators
+are 256-entry tables computed by TFLite's own algorithm (:mod:`.params`).
+
+Whatever is not recognised keeps its float form and is listed in the report
+as a *float island*, by operator and variable name; nothing falls back
+silently.
+
+Example
+-------
+>>> from tvm_memsched.relax.int8.lower import IntegerLowering
+>>> IntegerLowering().info.name
+'IntegerLowering'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..ir import op_name
+from . import kernels as K
+from . import params as P
+from .patterns import FunctionView, Match, match_binding
+
+__all__ = ["IntegerLowering", "LoweringReport", "lower_int8", "has_qdq"]
+
+
+@dataclass
+class LoweringReport:
+    """What :func:`lower_int8` did: TFLite operators lowered (by kind) and float islands left."""
+
+    lowered: dict = field(default_factory=dict)
+    islands: list = field(default_factory=list)
+    kernels: int = 0
+    constant_bytes: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.lowered.values())
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.lowered.items()))
+        text = f"int8 lowering: {self.total} operators ({kinds}) in {self.kernels} integer kernels"
+        if self.islands:
+            text += f"; float islands: {', '.join(self.islands)}"
+        return text
+
+
+def has_qdq(mod) -> bool:
+    """True if a Relax function of ``mod`` has int8/uint8 tensors (TFLite-style quantized structure)."""
+    found = []
+
+    def visit(e):
+        ty = getattr(e, "ty", None)
+        if isinstance(e, relax.Var) and isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8"):
+            found.append(e)
+
+    for _, f in mod.functions_items():
+        if isinstance(f, relax.Function):
+            for p in f.params:
+                visit(p)
+            relax.analysis.post_order_visit(f.body, visit)
+            if found:
+                return True
+    return False
+
+
+class _Emitter:
+    """Builds kernels for matches and adds them to the module once each (structurally equal ones shared)."""
+
+    def __init__(self, mod):
+        self.bb = relax.BlockBuilder(mod)
+        self.funcs: dict = {}
+        self.const_bytes = 0
+
+    def gvar(self, func, name: str):
+        key = tvm_ffi.structural_hash(func)
+        for f, gv in self.funcs.get(key, []):
+            if tvm_ffi.structural_equal(f, func):
+                return gv
+        gv = self.bb.add_func(func, name)
+        self.bb.update_func(gv, func.with_attr("global_symbol", gv.name_hint))
+        self.funcs.setdefault(key, []).append((func, gv))
+        return gv
+
+    def const(self, arr):
+        arr = np.ascontiguousarray(arr)
+        self.const_bytes += arr.nbytes
+        return relax.const(arr)
+
+    def call(self, m: Match, func, name, args):
+        gv = self.gvar(func, name)
+        return relax.call_tir(gv, args, m.var.ty)
+
+
+def _requant(mults, shifts, offset, act) -> tuple[K.Requant, list]:
+    """A per-tensor Requant if all channels share one multiplier, else per-channel (extra buffers)."""
+    if len(set(zip(mults, shifts))) == 1:
+        return K.Requant(int(mults[0]), int(shifts[0]), offset, *act), []
+    return K.Requant(None, None, offset, *act), [np.array(mults, np.int32), np.array(shifts, np.int32)]
+
+
+def _shape(e):
+    from ..ir import static_shape
+
+    return tuple(static_shape(e.ty))
+
+
+def _emit(em: _Emitter, m: Match):
+    """The ``call_tir`` replacing match ``m``, or None if its parameters are outside what TFLite supports."""
+    op, out = m.op, m.var
+    oshape = _shape(out)
+    qx = m.qin[0] if m.qin else None
+    if op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        w = m.consts["weight"]
+        mults, shifts = P.conv_multipliers(qx.s, m.consts["w_scales"], m.qout.s)
+        rq, extra = _requant(mults, shifts, m.qout.zp, m.act)
+        has_bias = "bias" in m.consts
+        dm = m.attrs.get("depth_multiplier", 0)
+        f = K.conv2d(_shape(m.inputs[0]), w.shape, oshape, strides=m.attrs["strides"], padding=m.attrs["padding"],
+                     dilation=m.attrs["dilation"], groups=1 if dm else m.attrs["groups"], depth_multiplier=dm,
+                     in_offset=-qx.zp, requant=rq, has_bias=has_bias)
+        args = [m.inputs[0], em.const(w)] + ([em.const(m.consts["bias"])] if has_bias else [])
+        return em.call(m, f, "dwconv_int8" if dm else "conv2d_int8", args + [em.const(a) for a in extra])
+    if op == "FULLY_CONNECTED":
+        w = m.consts["weight"]
+        has_bias = "bias" in m.consts
+        scales = m.consts["w_scales"]
+        if m.attrs["per_channel"] or has_bias:
+            mults, shifts = P.conv_multipliers(qx.s, scales, m.qout.s)
+        else:
+            mult, shift = P.quantize_multiplier(float(np.float32(qx.s) * np.float32(scales[0])) / P.f32(m.qout.s))
+            mults, shifts = [mult] * w.shape[0], [shift] * w.shape[0]
+        rq, extra = _requant(mults, shifts, m.qout.zp, m.act)
+        f = K.dense(_shape(m.inputs[0]), w.shape, in_offset=-qx.zp, w_offset=-m.consts["w_zero_point"],
+                    requant=rq, has_bias=has_bias)
+        args = [m.inputs[0], em.const(w)] + ([em.const(m.consts["bias"])] if has_bias else [])
+        return em.call(m, f, "dense_int8", args + [em.const(a) for a in extra])
+    if op in ("ADD", "SUB"):
+        qa, qb = m.qin
+        p = P.add_params(qa.s, qb.s, m.qout.s, sub=op == "SUB")
+        rq = K.Requant(p["out_mult"], p["out_shift"], m.qout.zp, *m.act)
+        f = K.binary_add(_shape(m.inputs[0]), _shape(m.inputs[1]), oshape, a_offset=-qa.zp, b_offset=-qb.zp,
+                         left_shift=p["left_shift"], a_mult=p["a_mult"], a_shift=p["a_shift"], b_mult=p["b_mult"],
+                         b_shift=p["b_shift"], out=rq, negate_b=op == "SUB")
+        return em.call(m, f, op.lower() + "_int8", list(m.inputs))
+    if op == "MUL":
+        qa, qb = m.qin
+        mult, shift = P.mul_params(qa.s, qb.s, m.qout.s)
+        f = K.binary_mul(_shape(m.inputs[0]), _shape(m.inputs[1]), oshape, a_offset=-qa.zp, b_offset=-qb.zp,
+                         out=K.Requant(mult, shift, m.qout.zp, *m.act))
+        return em.call(m, f, "mul_int8", list(m.inputs))
+    if op == "MEAN":
+        ishape = _shape(m.inputs[0])
+        count = int(np.prod([ishape[a] for a in m.attrs["axes"]]))
+        mult, shift = P.mean_params(qx.s, m.qout.s, count)
+        f = K.mean(ishape, m.attrs["axes"], oshape, m.attrs["keepdims"], in_offset=-qx.zp, mult=mult, shift=shift,
+                   out_offset=m.qout.zp)
+        return em.call(m, f, "mean_int8", [m.inputs[0]])
+    if op == "AVERAGE_POOL_2D":
+        f = K.avg_pool2d(_shape(m.inputs[0]), oshape, pool=m.attrs["pool"], strides=m.attrs["strides"],
+                         padding=m.attrs["padding"], lo=m.act[0], hi=m.act[1])
+        return em.call(m, f, "avg_pool_int8", [m.inputs[0]])
+    if op == "MAX_POOL_2D":
+        f = K.max_pool2d(_shape(m.inputs[0]), oshape, pool=m.attrs["pool"], strides=m.attrs["strides"],
+                         padding=m.attrs["padding"], lo=m.act[0], hi=m.act[1])
+        return em.call(m, f, "max_pool_int8", [m.inputs[0]])
+    if op == "PRELU":
+        qa = m.consts["alpha_q"]
+        m1, s1, m2, s2 = P.prelu_params(qx.s, qa.s, m.qout.s)
+        alpha = m.consts["alpha"]
+        f = K.prelu(_shape(m.inputs[0]), alpha.shape, in_offset=-qx.zp, alpha_offset=-qa.zp, mult1=m1, shift1=s1,
+                    mult2=m2, shift2=s2, out_offset=m.qout.zp)
+        return em.call(m, f, "prelu_int8", [m.inputs[0], em.const(alpha)])
+    if op == "SOFTMAX":
+        if m.qout.zp != -128 or np.float32(m.qout.s) != np.float32(1 / 256):
+            return None
+        texp, tsum = P.softmax_tables(qx.s, m.attrs["beta"])
+        f = K.softmax(_shape(m.inputs[0]), exp_table=texp, sum_table=tsum)
+        return em.call(m, f, "softmax_int8", [m.inputs[0], em.const(texp), em.const(tsum)])
+    if op == "QUANTIZE_FLOAT":
+        f = K.quantize(_shape(m.inputs[0]), scale_f32=m.qout.s, zero_point=m.qout.zp,
+                       out_dtype=str(out.ty.dtype))
+        return em.call(m, f, "quantize_int8", [m.inputs[0]])
+    if op == "DEQUANTIZE":
+        table = P.dequantize_table(qx.s, qx.zp)
+        f = K.lut(_shape(m.inputs[0]), "int8", "float32", name="dequantize_int8")
+        return em.call(m, f, "dequantize_int8", [m.inputs[0], em.const(table)])
+    table = _table(m)
+    if table is None:
+        return None
+    lo, hi = m.act
+    table = np.clip(table.astype(np.int32), lo, hi).astype(np.int8)
+    f = K.lut(_shape(m.inputs[0]), "int8", name="lut_int8")
+    return em.call(m, f, "lut_int8", [m.inputs[0], em.const(table)])
+
+
+def _table(m: Match):
+    """The 256-entry table of a one-input int8 operator, or None if TFLite's kernel would refuse it."""
+    qx, qo = m.qin[0], m.qout
+    if m.op == "QUANTIZE":
+        return P.requantize_table(qx.s, qx.zp, qo.s, qo.zp)
+    if m.op == "RELU":
+        return P.relu_table(qx.s, qx.zp, qo.s, qo.zp)
+    if m.op == "RELU_N1_TO_1":
+        return P.relu_table(qx.s, qx.zp, qo.s, qo.zp, act_max=1.0)
+    if m.op == "RELU6":
+        return P.relu_table(qx.s, qx.zp, qo.s, qo.zp, act_max=6.0)
+    if m.op == "LEAKY_RELU":
+        return P.leaky_relu_table(qx.s, qx.zp, qo.s, qo.zp, m.attrs["alpha"])
+    if m.op == "HARD_SWISH":
+        return P.hard_swish_table(qx.s, qx.zp, qo.s, qo.zp)
+    if m.op == "LOGISTIC":
+        if qo.zp != -128 or np.float32(qo.s) != np.float32(1 / 256):
+            return None
+        return P.logistic_table(qx.s, qx.zp)
+    if m.op == "TANH":
+        if qo.zp != 0 or np.float32(qo.s) != np.float32(1 / 128):
+            return None
+        return P.tanh_table(qx.s, qx.zp)
+    return None
+
+
+def _lower_function(func: relax.Function, em: _Emitter, report: LoweringReport) -> relax.Function:
+    view = FunctionView(func)
+    replaced: dict = {}
+    clipped = {view.value[v].args[0] for v in view.order
+               if view.call(v, "clip") is not None and view.dtype(v) in ("int8", "uint8")}
+    for var in view.order:
+        if var in clipped and view.users[var] == 1:
+            continue                      # matched at its clip, with the activation range
+        m = match_binding(view, var)
+        if m is None or m.op == "DEQUANTIZE":
+            continue
+        new = _emit(em, m)
+        if new is not None:
+            replaced[var] = new
+            report.lowered[m.op] = report.lowered.get(m.op, 0) + 1
+    func = _rebuild(func, replaced)
+    # dequantize bindings still used after the rewrite: DEQUANTIZE kernels (model outputs, float islands)
+    view = FunctionView(func)
+    deq = {}
+    for var in view.order:
+        if isinstance(view.value[var], relax.Call) and op_name(view.value[var]) == "relax.dequantize":
+            m = match_binding(view, var)
+            if m is not None and not _feeds_only_constants(view, var):
+                new = _emit(em, m)
+                if new is not None:
+                    deq[var] = new
+                    report.lowered["DEQUANTIZE"] = report.lowered.get("DEQUANTIZE", 0) + 1
+    func = _rebuild(func, deq)
+    report.islands += _islands(func)
+    return func
+
+
+def _feeds_only_constants(view, var) -> bool:
+    return isinstance(view.value[var].args[0], tvm.ir.Constant)
+
+
+def _rebuild(func: relax.Function, replaced: dict) -> relax.Function:
+    """``func`` with the bindings of ``replaced`` given new values, then dead bindings removed."""
+    if not replaced:
+        return func
+    blocks = []
+    for block in func.body.blocks:
+        bindings = [relax.VarBinding(b.var, replaced[b.var]) if isinstance(b, relax.VarBinding)
+                    and b.var in replaced else b for b in block.bindings]
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock)
+                      else relax.BindingBlock(bindings))
+    body = relax.SeqExpr(blocks, func.body.body)
+    new = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+    return _dead_code(new)
+
+
+def _dead_code(func: relax.Function) -> relax.Function:
+    """Drop bindings whose variables nothing uses (every op here is pure)."""
+    used = set()
+
+    def mark(expr):
+        def visit(e):
+            if isinstance(e, relax.Var):
+                used.add(e)
+
+        relax.analysis.post_order_visit(expr, visit)
+
+    mark(func.body.body)
+    kept_blocks = []
+    for block in reversed(list(func.body.blocks)):
+        kept = []
+        for b in reversed(list(block.bindings)):
+            if b.var in used or not isinstance(b, relax.VarBinding):
+                kept.append(b)
+                mark(b.value)
+        kept.reverse()
+        kept_blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock)
+                           else relax.BindingBlock(kept))
+    kept_blocks.reverse()
+    return relax.Function(func.params, relax.SeqExpr(kept_blocks, func.body.body), func.ret_ty, func.is_pure,
+                          func.attrs, func.span)
+
+
+def _islands(func: relax.Function) -> list[str]:
+    """Float operators left between int8 tensors: ``"op (var)"`` for each."""
+    out = []
+    view = FunctionView(func)
+    for var in view.order:
+        v = view.value[var]
+        if not isinstance(v, relax.Call) or not isinstance(v.op, tvm.ir.Op):
+            continue
+        name = v.op.name
+        if name in ("relax.call_tir", "relax.dequantize", "relax.quantize") or view.dtype(var) != "float32":
+            continue
+        if any(isinstance(a, tvm.ir.Constant) for a in v.args) and all(
+                isinstance(a, tvm.ir.Constant) or view.call(a, "dequantize") is not None
+                and isinstance(view.value[a].args[0], tvm.ir.Constant) for a in v.args):
+            continue   # weight preprocessing (folded away by FoldConstant)
+        out.append(f"{name.replace('relax.', '')} ({var.name})")
+    return out
+
+
+def lower_int8(mod) -> tuple[tvm.IRModule, LoweringReport]:
+    """Lower every QDQ operator group of every Relax function in ``mod`` to integer kernels.
+
+    Returns the new module and a :class:`LoweringReport`. Modules without
+    dequantize/quantize come back unchanged.
+    """
+    report = LoweringReport()
+    if not has_qdq(mod):
+        return mod, report
+    em = _Emitter(mod)
+    lowered = {gv: _lower_function(func, em, report) for gv, func in mod.functions_items()
+               if isinstance(func, relax.Function)}
+    for gv, func in lowered.items():
+        em.bb.update_func(gv, func)
+    mod = em.bb.get()
+    report.kernels = sum(len(v) for v in em.funcs.values())
+    report.constant_bytes = em.const_bytes
+    return mod, report
+
+
+@tvm.transform.module_pass(opt_level=0, name="IntegerLowering")
+class IntegerLowering:
+    """Relax pass: TFLite int8 operators in QDQ form -> exact integer kernels (see the module docstring).
+
+    Parameters
+    ----------
+    strict : bool
+        Raise :class:`~tvm_memsched.core.errors.UnsupportedError` naming the
+        float islands instead of leaving them float.
+
+    After running, ``.report`` is a :class:`LoweringReport`.
+    """
+
+    def __init__(self, strict: bool = False):
+        self.strict = strict
+        self.report = None
+
+    def transform_module(self, mod, ctx):
+        new, self.report = lower_int8(mod)
+        if self.strict and self.report.islands:
+            from ...core.errors import UnsupportedError
+
+            raise UnsupportedError("int8 lowering left float operators: " + ", ".join(self.report.islands))
+        return new

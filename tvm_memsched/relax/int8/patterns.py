@@ -1,0 +1,533 @@
+"""Recognise TFLite's int8 operators in a quantize/dequantize (QDQ) Relax function.
+
+TVM's TFLite frontend (and our extension of it, :mod:`..frontend`) imports a
+quantized operator as ``dequantize`` of its int8 inputs, the float operator,
+and ``quantize`` of the result (a fused activation becomes a ``clip`` after the
+``quantize``, or a float ``relu``/``clip`` before it). :func:`match_binding`
+reads such a group backwards from its last binding and returns a
+:class:`Match`: which TFLite operator it is, its int8 inputs, the
+quantization parameters of every tensor (constants of the function), its
+constant operands and attributes. Anything it does not recognise stays float
+(a *float island*, reported by the lowering pass).
+
+Example
+-------
+>>> QParams(np.array([0.5], np.float32), np.array([3]), 0).zp
+3
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..ir import op_name, static_shape
+
+__all__ = ["QParams", "Match", "FunctionView", "match_binding", "INT_TYPES"]
+
+INT_TYPES = ("int8", "uint8")
+
+
+@dataclass(frozen=True, eq=False)
+class QParams:
+    """Scale(s) (float32) and zero point(s) of a quantized tensor; ``axis`` for per-channel scales."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int = 0
+
+    @property
+    def s(self) -> float:
+        return float(self.scale.reshape(-1)[0])
+
+    @property
+    def zp(self) -> int:
+        return int(self.zero_point.reshape(-1)[0])
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.scale.size == 1
+
+    def same_as(self, other: "QParams") -> bool:
+        return (self.scale.size == other.scale.size and np.array_equal(self.scale, other.scale)
+                and np.array_equal(self.zero_point.reshape(-1), other.zero_point.reshape(-1)))
+
+
+@dataclass
+class Match:
+    """One TFLite operator found in QDQ form, to be replaced by an integer kernel.
+
+    ``var`` is the binding whose value the kernel replaces (same type);
+    ``inputs`` are the integer (or, for ``QUANTIZE``, float) tensors it reads;
+    ``qin``/``qout`` their quantization; ``consts`` constant operands (numpy);
+    ``attrs`` operator attributes; ``act`` the int clamp of the output.
+    """
+
+    op: str
+    var: relax.Var
+    inputs: list
+    qin: list
+    qout: QParams | None
+    consts: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
+    act: tuple = (-128, 127)
+    float_ops: list = field(default_factory=list)
+
+
+def _const(expr):
+    """numpy value of a constant expression (Constant, or multiply/reshape of constants), else None."""
+    if isinstance(expr, tvm.ir.Constant):
+        return expr.value.numpy()
+    if isinstance(expr, relax.Call) and op_name(expr) == "relax.multiply":
+        a, b = _const(expr.args[0]), _const(expr.args[1])
+        if a is not None and b is not None:
+            return (np.asarray(a, np.float32) * np.asarray(b, np.float32)).astype(np.float32)
+    return None
+
+
+def _prim_value(e):
+    """Python number of a PrimValue / float attr."""
+    if isinstance(e, (int, float)):
+        return e
+    v = getattr(e, "value", None)
+    return v
+
+
+class FunctionView:
+    """Bindings of a Relax function by variable, and how often each variable is used."""
+
+    def __init__(self, func: relax.Function):
+        self.func = func
+        self.value: dict = {}
+        self.users: Counter = Counter()
+        self.order: list = []
+        for block in func.body.blocks:
+            for b in block.bindings:
+                if isinstance(b, relax.VarBinding):
+                    self.value[b.var] = b.value
+                    self.order.append(b.var)
+                    self._count(b.value)
+        self._count(func.body.body)
+
+    def _count(self, expr):
+        def visit(e):
+            if isinstance(e, relax.Var):
+                self.users[e] += 1
+
+        relax.analysis.post_order_visit(expr, visit)
+
+    def call(self, expr, *names):
+        """The Call bound to ``expr`` if it is one of ``names`` (operator names without ``relax.``)."""
+        v = self.value.get(expr) if isinstance(expr, relax.Var) else expr
+        if isinstance(v, relax.Call) and op_name(v) in {f"relax.{n}" for n in names}:
+            return v
+        return None
+
+    def dtype(self, expr) -> str:
+        return str(expr.ty.dtype) if isinstance(expr.ty, relax.TensorType) else ""
+
+    def shape(self, expr):
+        return static_shape(expr.ty)
+
+    def qparams(self, scale, zp, axis) -> QParams | None:
+        s, z = _const(scale), _const(zp)
+        if s is None or z is None:
+            return None
+        return QParams(np.asarray(s, np.float32).reshape(-1), np.asarray(z, np.int64).reshape(-1), int(axis))
+
+    def dequantized(self, expr):
+        """``(int tensor, QParams)`` if ``expr`` is ``dequantize(x)`` of an int8/uint8 ``x``, else None."""
+        c = self.call(expr, "dequantize")
+        if c is None:
+            return None
+        q = self.qparams(c.args[1], c.args[2], c.attrs.axis)
+        x = c.args[0]
+        if q is None or self.dtype(x) not in INT_TYPES:
+            return None
+        return x, q
+
+    def const_weight(self, expr):
+        """``(int8 numpy array, QParams, [float ops])`` for a dequantized constant, seen through
+        ``reshape``/``permute_dims`` before or after the dequantize; the array is in the shape ``expr`` has."""
+        ops = []
+        post = []
+        e = expr
+        while True:
+            c = self.call(e, "reshape", "permute_dims")
+            if c is None:
+                break
+            post.append(c)
+            e = c.args[0]
+        d = self.call(e, "dequantize")
+        if d is None:
+            return None
+        q = self.qparams(d.args[1], d.args[2], d.attrs.axis)
+        src = d.args[0]
+        pre = []
+        while isinstance(src, relax.Var) and self.call(src, "reshape", "permute_dims") is not None:
+            c = self.call(src, "reshape", "permute_dims")
+            pre.append(c)
+            src = c.args[0]
+        data = _const(src)
+        if q is None or data is None or data.dtype.name not in INT_TYPES + ("int32",):
+            return None
+        arr = np.asarray(data)
+        for c in reversed(pre):
+            arr = _apply_layout(arr, c)
+        axis = q.axis
+        for c in reversed(post):
+            if op_name(c) == "relax.permute_dims":
+                axes = [int(a) for a in c.attrs.axes]
+                axis = axes.index(axis)
+            arr = _apply_layout(arr, c)
+            if op_name(c) == "relax.reshape" and not q.per_tensor:
+                axis = _axis_after_reshape(q.scale.size, arr.shape)
+            ops.append(c)
+        return arr, QParams(q.scale, q.zero_point, axis), ops
+
+
+def _apply_layout(arr, call):
+    if op_name(call) == "relax.permute_dims":
+        axes = call.attrs.axes
+        return np.transpose(arr, [int(a) for a in axes]) if axes is not None else arr.T
+    shape = static_shape(call.ty)
+    return arr.reshape(shape)
+
+
+def _axis_after_reshape(channels: int, shape) -> int:
+    """The axis of a reshaped per-channel weight that carries the ``channels`` scales (last match)."""
+    for k in reversed(range(len(shape))):
+        if shape[k] == channels:
+            return k
+    return len(shape) - 1
+
+
+def _act_from_clip(view: FunctionView, expr):
+    """``(inner, lo, hi)`` if ``expr`` is an int ``clip(inner, lo, hi)``, else ``(expr, -inf, inf)``."""
+    c = view.call(expr, "clip")
+    if c is not None and view.dtype(expr) in INT_TYPES:
+        lo, hi = _prim_value(c.args[1]), _prim_value(c.args[2])
+        if lo is not None and hi is not None:
+            return c.args[0], int(np.ceil(lo)), int(np.floor(hi))
+    return expr, None, None
+
+
+def _float_activation(view: FunctionView, expr):
+    """Strip a float fused activation before the quantize: ``(inner, name)``."""
+    if view.call(expr, "nn.relu") is not None:
+        return view.value[expr].args[0], "relu"
+    c = view.call(expr, "clip")
+    if c is not None:
+        lo, hi = _prim_value(c.args[1]), _prim_value(c.args[2])
+        if (lo, hi) == (0, 6) or (lo, hi) == (0.0, 6.0):
+            return c.args[0], "relu6"
+        if (lo, hi) == (-1, 1) or (lo, hi) == (-1.0, 1.0):
+            return c.args[0], "relu_n1_to_1"
+    return expr, "none"
+
+
+def _int_range(dtype: str) -> tuple[int, int]:
+    return (-128, 127) if dtype == "int8" else (0, 255)
+
+
+def match_binding(view: FunctionView, var) -> Match | None:
+    """The TFLite int8 operator whose result ``var`` is, or None."""
+    value = view.value.get(var)
+    if not isinstance(value, relax.Call):
+        return None
+    name = op_name(value)
+    out_dtype = view.dtype(var)
+    if out_dtype in INT_TYPES:
+        inner, lo, hi = _act_from_clip(view, var)
+        qmin, qmax = _int_range(out_dtype)
+        q = view.call(inner, "quantize")
+        if q is not None:
+            m = _match_quantize(view, var, q)
+        elif view.call(inner, "astype") is not None:
+            m = _match_avg_pool(view, var, inner)
+        elif view.call(inner, "nn.max_pool2d") is not None:
+            m = _match_max_pool(view, var, inner)
+        else:
+            m = None
+        if m is None:
+            return None
+        if lo is not None:
+            m.act = (max(m.act[0], lo, qmin), min(m.act[1], hi, qmax))
+        return m
+    if name == "relax.dequantize":
+        d = view.dequantized(var)
+        if d is not None:
+            return Match("DEQUANTIZE", var, [d[0]], [d[1]], None)
+    return None
+
+
+def _match_quantize(view: FunctionView, var, q) -> Match | None:
+    qout = view.qparams(q.args[1], q.args[2], q.attrs.axis)
+    if qout is None or not qout.per_tensor:
+        return None
+    out_dtype = str(q.attrs.out_dtype)
+    qmin, qmax = _int_range(out_dtype)
+    body = q.args[0]
+    if view.dtype(body) != "float32":
+        return None
+    # a plain requantize (QUANTIZE int8 -> int8) or a one-input activation
+    d = view.dequantized(body)
+    if d is not None:
+        return Match("QUANTIZE", var, [d[0]], [d[1]], qout, act=(qmin, qmax))
+    unary = _match_unary(view, var, body, qout, (qmin, qmax))
+    if unary is not None:
+        return unary
+    inner, act = _float_activation(view, body)
+    from .params import act_range
+
+    rng = act_range(act, qout.s, qout.zp, qmin, qmax)
+    for matcher in (_match_conv, _match_dense, _match_binary, _match_mean, _match_softmax, _match_concat,
+                    _match_prelu):
+        m = matcher(view, var, inner, qout)
+        if m is not None:
+            m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
+            return m
+    # float -> int8 QUANTIZE of a float tensor that is no dequantize output
+    if act == "none" and view.dequantized(body) is None and view.call(body, "dequantize") is None \
+            and _is_float_source(view, body):
+        return Match("QUANTIZE_FLOAT", var, [body], [], qout, act=(qmin, qmax))
+    return None
+
+
+def _is_float_source(view: FunctionView, expr) -> bool:
+    """A float tensor that is not computed from dequantized values (a graph input or a float island's end)."""
+    return view.dtype(expr) == "float32"
+
+
+def _match_unary(view: FunctionView, var, body, qout, rng) -> Match | None:
+    """One-input int8 activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH."""
+    c = body if not isinstance(body, relax.Var) else view.value.get(body)
+    if not isinstance(c, relax.Call):
+        return None
+    name = op_name(c)
+    simple = {"relax.nn.relu": "RELU", "relax.sigmoid": "LOGISTIC", "relax.tanh": "TANH",
+              "relax.nn.leakyrelu": "LEAKY_RELU"}
+    if name in simple:
+        d = view.dequantized(c.args[0])
+        if d is None:
+            return None
+        attrs = {"alpha": float(c.attrs.alpha)} if name == "relax.nn.leakyrelu" else {}
+        return Match(simple[name], var, [d[0]], [d[1]], qout, attrs=attrs, act=rng)
+    if name == "relax.clip":
+        d = view.dequantized(c.args[0])
+        lo, hi = _prim_value(c.args[1]), _prim_value(c.args[2])
+        if d is None:
+            return None
+        kinds = {(0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1"}
+        kind = kinds.get((float(lo), float(hi)))
+        return None if kind is None else Match(kind, var, [d[0]], [d[1]], qout, act=rng)
+    if name == "relax.divide":
+        # hard swish: x * clip(x + 3, 0, 6) / 6
+        six = _const(c.args[1])
+        mul = view.call(c.args[0], "multiply")
+        if six is None or float(np.asarray(six).reshape(-1)[0]) != 6.0 or mul is None:
+            return None
+        x, clipped = mul.args
+        cl = view.call(clipped, "clip")
+        if cl is None or (float(_prim_value(cl.args[1])), float(_prim_value(cl.args[2]))) != (0.0, 6.0):
+            return None
+        add = view.call(cl.args[0], "add")
+        if add is None or not add.args[0].same_as(x):
+            return None
+        three = _const(add.args[1])
+        d = view.dequantized(x)
+        if d is None or three is None or float(np.asarray(three).reshape(-1)[0]) != 3.0:
+            return None
+        return Match("HARD_SWISH", var, [d[0]], [d[1]], qout, act=rng)
+    return None
+
+
+def _match_conv(view: FunctionView, var, body, qout) -> Match | None:
+    bias = None
+    conv_expr = body
+    add = view.call(body, "add")
+    if add is not None:
+        conv_expr = add.args[0]
+        b = view.const_weight(add.args[1])
+        if b is None or b[0].dtype != np.int32:
+            return None
+        bias = b[0].reshape(-1)
+    c = view.call(conv_expr, "nn.conv2d")
+    if c is None:
+        return None
+    a = c.attrs
+    if str(a.data_layout) != "NHWC" or str(a.out_layout) != "NHWC":
+        return None
+    d = view.dequantized(c.args[0])
+    wt = view.const_weight(c.args[1])
+    if d is None or wt is None or str(wt[0].dtype) not in INT_TYPES:
+        return None
+    x, qx = d
+    w, qw, _ = wt
+    if not qx.per_tensor or np.any(qw.zero_point != 0) and str(w.dtype) == "int8":
+        return None
+    layout = str(a.kernel_layout)
+    groups = int(a.groups)
+    xs, ys = view.shape(x), view.shape(var)
+    if xs is None or ys is None:
+        return None
+    cin, cout = xs[3], ys[3]
+    # weight in HWIO or HWOI (Relax) -> TFLite OHWI / depthwise 1HW(C*M)
+    if layout == "HWIO":
+        w_hwio = w
+        qaxis = {3: 0}.get(qw.axis, None) if not qw.per_tensor else 0
+    elif layout == "HWOI":
+        w_hwio = np.transpose(w, (0, 1, 3, 2))
+        qaxis = 0 if qw.per_tensor else ({2: 0}.get(qw.axis))
+    else:
+        return None
+    if qaxis is None:
+        return None
+    kh, kw, icg, oc = w_hwio.shape
+    if oc != cout or bias is not None and bias.size != cout:
+        return None
+    scales = qw.scale if not qw.per_tensor else np.repeat(qw.scale, cout)
+    if scales.size != cout:
+        return None
+    attrs = {"strides": tuple(int(s) for s in a.strides), "dilation": tuple(int(s) for s in a.dilation),
+             "padding": tuple(int(p) for p in a.padding), "groups": groups}
+    if groups == cin and groups > 1 and icg == 1:
+        attrs["depth_multiplier"] = cout // cin
+        weight = np.transpose(w_hwio, (2, 0, 1, 3)).reshape(1, kh, kw, cout)   # 1 H W (C*M)
+        op = "DEPTHWISE_CONV_2D"
+    else:
+        if cin != icg * groups:
+            return None
+        weight = np.ascontiguousarray(np.transpose(w_hwio, (3, 0, 1, 2)))       # O H W I
+        op = "CONV_2D"
+    consts = {"weight": np.ascontiguousarray(weight), "w_scales": scales.astype(np.float32),
+              "w_zero_point": int(qw.zp)}
+    if bias is not None:
+        consts["bias"] = bias.astype(np.int32)
+    return Match(op, var, [x], [qx], qout, consts=consts, attrs=attrs)
+
+
+def _match_dense(view: FunctionView, var, body, qout) -> Match | None:
+    bias = None
+    mm_expr = body
+    add = view.call(body, "add")
+    if add is not None:
+        mm_expr = add.args[0]
+        b = view.const_weight(add.args[1])
+        if b is None or b[0].dtype != np.int32:
+            return None
+        bias = b[0].reshape(-1)
+    mm = view.call(mm_expr, "matmul")
+    if mm is None:
+        return None
+    d = view.dequantized(mm.args[0])
+    wt = view.const_weight(mm.args[1])
+    if d is None or wt is None or str(wt[0].dtype) not in INT_TYPES:
+        return None
+    x, qx = d
+    w, qw, _ = wt
+    if w.ndim != 2 or not qx.per_tensor:
+        return None
+    k, n = w.shape                                    # (K, N) after the frontend's transpose
+    if not qw.per_tensor and qw.axis != 1:
+        return None
+    if bias is not None and bias.size != n:
+        return None
+    scales = qw.scale if not qw.per_tensor else np.repeat(qw.scale, n)
+    consts = {"weight": np.ascontiguousarray(w.T), "w_scales": scales.astype(np.float32),
+              "w_zero_point": int(qw.zp)}
+    if bias is not None:
+        consts["bias"] = bias.astype(np.int32)
+    return Match("FULLY_CONNECTED", var, [x], [qx], qout, consts=consts, attrs={"per_channel": not qw.per_tensor})
+
+
+def _match_binary(view: FunctionView, var, body, qout) -> Match | None:
+    for name, op in (("add", "ADD"), ("subtract", "SUB"), ("multiply", "MUL")):
+        c = view.call(body, name)
+        if c is None:
+            continue
+        da, db = view.dequantized(c.args[0]), view.dequantized(c.args[1])
+        if da is None or db is None or not (da[1].per_tensor and db[1].per_tensor):
+            return None
+        return Match(op, var, [da[0], db[0]], [da[1], db[1]], qout)
+    return None
+
+
+def _match_mean(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "mean")
+    if c is None:
+        return None
+    d = view.dequantized(c.args[0])
+    if d is None or not d[1].per_tensor:
+        return None
+    axes = [int(a) for a in c.attrs.axis] if c.attrs.axis is not None else list(range(len(view.shape(d[0]))))
+    return Match("MEAN", var, [d[0]], [d[1]], qout, attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
+
+
+def _match_softmax(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "nn.softmax")
+    if c is None:
+        return None
+    d = view.dequantized(c.args[0])
+    shape = view.shape(var)
+    if d is None or shape is None or int(c.attrs.axis) not in (-1, len(shape) - 1):
+        return None
+    return Match("SOFTMAX", var, [d[0]], [d[1]], qout, attrs={"beta": 1.0})
+
+
+def _match_concat(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "concat")
+    if c is None or not isinstance(c.args[0], relax.Tuple):
+        return None
+    parts = [view.dequantized(f) for f in c.args[0].fields]
+    if any(p is None or not p[1].per_tensor for p in parts):
+        return None
+    return Match("CONCATENATION", var, [p[0] for p in parts], [p[1] for p in parts], qout,
+                 attrs={"axis": int(c.attrs.axis)})
+
+
+def _match_prelu(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "nn.prelu")
+    if c is None:
+        return None
+    d = view.dequantized(c.args[0])
+    al = view.const_weight(c.args[1])
+    shape = view.shape(var)
+    if d is None or al is None or shape is None or int(c.attrs.axis) not in (-1, len(shape) - 1):
+        return None
+    alpha, qa, _ = al
+    if not qa.per_tensor:
+        return None
+    return Match("PRELU", var, [d[0]], [d[1]], qout, consts={"alpha": alpha.reshape(-1), "alpha_q": qa})
+
+
+def _match_avg_pool(view: FunctionView, var, inner) -> Match | None:
+    cast = view.call(inner, "astype")
+    pool = view.call(cast.args[0], "nn.avg_pool2d") if cast is not None else None
+    if pool is None or view.dtype(inner) != "int8":
+        return None
+    src = view.call(pool.args[0], "astype")
+    if src is None or view.dtype(src.args[0]) != "int8" or view.dtype(pool.args[0]) != "int32":
+        return None
+    a = pool.attrs
+    if str(a.layout) != "NHWC" or bool(a.ceil_mode) or any(int(d) != 1 for d in a.dilation):
+        return None
+    attrs = {"pool": tuple(int(p) for p in a.pool_size), "strides": tuple(int(s) for s in a.strides),
+             "padding": tuple(int(p) for p in a.padding)}
+    return Match("AVERAGE_POOL_2D", var, [src.args[0]], [None], None, attrs=attrs)
+
+
+def _match_max_pool(view: FunctionView, var, inner) -> Match | None:
+    pool = view.call(inner, "nn.max_pool2d")
+    if pool is None or view.dtype(pool.args[0]) != "int8":
+        return None
+    a = pool.attrs
+    if str(a.layout) != "NHWC" or bool(a.ceil_mode) or any(int(d) != 1 for d in a.dilation):
+        return None
+    attrs = {"pool": tuple(int(p) for p in a.pool_size), "strides": tuple(int(s) for s in a.strides),
+             "padding": tuple(int(p) for p in a.padding)}
+    return Match("MAX_POOL_2D", var, [pool.args[0]], [None], None, attrs=attrs)
