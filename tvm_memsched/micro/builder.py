@@ -100,6 +100,7 @@ class MicroExport:
     default: PlanSizes | None = None
     ours: PlanSizes | None = None
     seconds: dict = field(default_factory=dict)
+    int8: dict | None = None
     mod: object = field(default=None, repr=False)
     program: object = field(default=None, repr=False)
 
@@ -147,6 +148,8 @@ class MicroExport:
                     (": fits" if self.flash_bytes <= b.flash_bytes else ": does not fit"))
                  + f" (constants {self.params_bytes:,} B)",
                  f"  {self.kernel_calls} kernel calls, {self.kernels} kernels; files in {self.out_dir}"]
+        if self.int8:
+            lines.append("  " + self.int8["summary"])
         if self.default is not None and self.ours is not None:
             lines.append(fit_report(self))
         return "\n".join(lines)
@@ -212,7 +215,7 @@ def _split_pipeline(target, method, time_limit, alignment, inline_padding, progr
 
     extra = [InlinePadding()] if inline_padding else []
     p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
-                 extra_passes=extra, progress=progress, workspace_shared=True, **options)
+                 extra_passes=extra, progress=progress, workspace_shared=True, int8=False, **options)
     names = p.pass_names()
     i, k = names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
@@ -222,7 +225,7 @@ def _split_pipeline(target, method, time_limit, alignment, inline_padding, progr
 def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model", planner: str = "tvm_memsched",
            time_limit: float | None = None, alignment: int = 16, inline_padding: bool = False,
            exact_arena: bool = True, compare_default: bool = False, measure: bool = True, check_fit: bool = True,
-           progress=None, **options) -> MicroExport:
+           progress=None, int8: bool = True, **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
     Parameters
@@ -253,6 +256,11 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     check_fit : bool
         Raise :class:`DoesNotFitError` (with the numbers) when the model does not
         fit the board. The files are written either way.
+    int8 : bool
+        Lower quantized (dequantize/quantize) operator groups to TFLite's exact
+        integer kernels first (:func:`tvm_memsched.relax.int8.lower.lower_int8`);
+        no effect on float models. ``.mod`` of the result is the lowered module,
+        the reference for checking runs; ``.int8`` says what was lowered.
 
     Raises :class:`UnsupportedError` for models the C export cannot handle.
     """
@@ -273,6 +281,13 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     _check_signature(mod["main"])
     target = tvm.target.Target(board.tvm_target())
     seconds = {}
+    int8_report = None
+    if int8:
+        from ..relax.int8.lower import lower_int8
+
+        t0 = time.perf_counter()
+        mod, int8_report = _tvm_call(lambda: lower_int8(mod), "int8 lowering")
+        seconds["int8"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     common, reorder, middle, tvm_planner = _split_pipeline(target, method, time_limit, alignment, inline_padding,
                                                            progress, options)
@@ -331,7 +346,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         workspace_bytes=prog.max_workspace, io_bytes=io_bytes,
         params_bytes=sum(int(a.nbytes) for a in prog.params), kernel_calls=len(prog.calls),
         kernels=len({c.kernel for c in prog.calls}), lower_bound_bytes=lower_bound,
-        default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=mod, program=prog)
+        default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=mod, program=prog,
+        int8=int8_report.to_dict() if int8_report is not None and int8_report.total else None)
     if measure:
         from .firmware import measure as _measure
 

@@ -45,13 +45,15 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
                                "(pip install 'tvm_memsched[tvm]')") from None
     from tvm.relax.frontend.tflite import from_tflite
 
+    from .tflite_converter import OperatorConverter
+
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
     try:
         model = tflite.Model.GetRootAsModel(buf, 0)
         if model.SubgraphsLength() < 1:
             raise InputFileError(f"{what} has no subgraph")
-        return from_tflite(model)
+        return from_tflite(model, op_converter=OperatorConverter)
     except InputFileError:
         raise
     except Exception as e:  # the flatbuffer reader and the frontend raise assorted errors on bad input

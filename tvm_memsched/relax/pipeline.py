@@ -25,6 +25,7 @@ import importlib
 import tvm
 from tvm import relax
 
+from .int8.lower import IntegerLowering
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder
 
 __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
@@ -71,9 +72,11 @@ class MemschedPipeline:
     """
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
-                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, **options):
+                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
+                 **options):
         self.target = as_target(target)
         st = stages(self.target)
+        self.int8 = IntegerLowering() if int8 else None
         self.rewrite = None
         if rewrite:
             kw = dict(rewrite) if isinstance(rewrite, dict) else {}
@@ -81,7 +84,8 @@ class MemschedPipeline:
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
                                           target=self.target, progress=progress, **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena) if plan else None
-        passes = ([self.rewrite] if self.rewrite is not None else []) + st["dispatch"] + st["legalize"] \
+        passes = ([self.int8] if self.int8 is not None else []) \
+            + ([self.rewrite] if self.rewrite is not None else []) + st["dispatch"] + st["legalize"] \
             + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
@@ -106,17 +110,19 @@ class MemschedPipeline:
 
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
-             extra_passes=(), progress=None, rewrite=False, **options) -> MemschedPipeline:
+             extra_passes=(), progress=None, rewrite=False, int8: bool = True, **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our reorder and arena planner.
 
     ``extra_passes`` run after FuseTIR (e.g. ``InlinePadding()``); ``reorder=False``
     or ``plan=False`` keep TVM's order or TVM's planner; ``rewrite=True`` (or a
     dict of :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the
-    identity rewriting first, on the imported operators. Other options go to the
-    scheduler.
+    identity rewriting first, on the imported operators. ``int8=True`` (default)
+    first lowers quantized (dequantize/quantize) operator groups to TFLite's exact
+    integer kernels (:class:`~tvm_memsched.relax.int8.lower.IntegerLowering`; a
+    no-op on float models). Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
-                            extra_passes, progress, rewrite, **options)
+                            extra_passes, progress, rewrite, int8, **options)
 
 
 def build(mod, target=None, **options):

@@ -26,12 +26,13 @@ from __future__ import annotations
 import tvm
 
 from .arena import plan_module
+from .int8.lower import IntegerLowering
 from .inline import inline_padding
 from .reorder import reorder_module
 from .rewrite import identity_rewrite
 from .workspace import WorkspaceMeter
 
-__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "InlinePadding", "IdentityRewrite"]
+__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "InlinePadding", "IdentityRewrite", "IntegerLowering"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")

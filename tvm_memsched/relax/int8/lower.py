@@ -50,6 +50,10 @@ class LoweringReport:
     def total(self) -> int:
         return sum(self.lowered.values())
 
+    def to_dict(self) -> dict:
+        return {"lowered": dict(self.lowered), "islands": list(self.islands), "kernels": self.kernels,
+                "constant_bytes": self.constant_bytes, "summary": self.summary()}
+
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.lowered.items()))
         text = f"int8 lowering: {self.total} operators ({kinds}) in {self.kernels} integer kernels"
@@ -184,6 +188,10 @@ def _emit(em: _Emitter, m: Match):
         f = K.prelu(_shape(m.inputs[0]), alpha.shape, in_offset=-qx.zp, alpha_offset=-qa.zp, mult1=m1, shift1=s1,
                     mult2=m2, shift2=s2, out_offset=m.qout.zp)
         return em.call(m, f, "prelu_int8", [m.inputs[0], em.const(alpha)])
+    if op == "CONCATENATION":
+        if not all(q.same_as(m.qout) for q in m.qin):
+            return None            # int8 TFLite requires equal quantization; leave other models float
+        return relax.op.concat(relax.Tuple(list(m.inputs)), axis=m.attrs["axis"])
     if op == "SOFTMAX":
         if m.qout.zp != -128 or np.float32(m.qout.s) != np.float32(1 / 256):
             return None
