@@ -50,6 +50,7 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
     try:
+        buf = _per_tensor_dimension_zero(buf, tflite)
         model = tflite.Model.GetRootAsModel(buf, 0)
         if model.SubgraphsLength() < 1:
             raise InputFileError(f"{what} has no subgraph")
@@ -59,3 +60,29 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
     except Exception as e:  # the flatbuffer reader and the frontend raise assorted errors on bad input
         msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise InputFileError(f"{what} could not be imported: {msg}") from None
+
+
+def _per_tensor_dimension_zero(buf: bytes, tflite) -> bytes:
+    """``buf`` with ``quantized_dimension`` set to 0 wherever a tensor has one scale.
+
+    TFLite ignores the field for per-tensor quantization (converters often write
+    3 for depthwise weights); TVM's importer refuses any value but 0. The field
+    is patched in a copy of the flatbuffer, in place.
+    """
+    model = tflite.Model.GetRootAsModel(buf, 0)
+    patch = []
+    for s in range(model.SubgraphsLength()):
+        sg = model.Subgraphs(s)
+        for t in range(sg.TensorsLength()):
+            q = sg.Tensors(t).Quantization()
+            if q is None or q.ScaleLength() != 1 or q.QuantizedDimension() == 0:
+                continue
+            o = q._tab.Offset(16)          # QuantizationParameters.quantized_dimension
+            if o:
+                patch.append(q._tab.Pos + o)
+    if not patch:
+        return buf
+    out = bytearray(buf)
+    for pos in patch:
+        out[pos:pos + 4] = (0).to_bytes(4, "little")
+    return bytes(out)

@@ -223,7 +223,7 @@ def _table(m: Match):
     if m.op == "RELU":
         return P.relu_table(qx.s, qx.zp, qo.s, qo.zp)
     if m.op == "RELU_N1_TO_1":
-        return P.relu_table(qx.s, qx.zp, qo.s, qo.zp, act_max=1.0)
+        return P.relu_table(qx.s, qx.zp, qo.s, qo.zp, act_min=-1.0, act_max=1.0)
     if m.op == "RELU6":
         return P.relu_table(qx.s, qx.zp, qo.s, qo.zp, act_max=6.0)
     if m.op == "LEAKY_RELU":

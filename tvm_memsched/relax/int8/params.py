@@ -29,7 +29,7 @@ from .fixedpoint import (FixedPoint, calculate_input_radius, logistic_q0, multip
                          quantize_float, quantize_multiplier, rounding_divide_by_pot, srdhm16, tanh_q0, wrap16)
 
 __all__ = ["f32", "act_range", "conv_multipliers", "add_params", "mul_params", "mean_params", "prelu_params",
-           "softmax_params", "softmax_tables", "requantize_table", "relu_table", "relu6_table", "leaky_relu_table",
+           "softmax_params", "softmax_tables", "requantize_table", "relu_table", "leaky_relu_table",
            "hard_swish_table", "logistic_table", "tanh_table", "dequantize_table", "ACTIVATIONS", "INT8_VALUES"]
 
 #: Fused activations TFLite knows for quantized outputs, by name.
@@ -127,18 +127,13 @@ def requantize_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray
     return _table(lambda v: min(127, max(-128, multiply_by_quantized_multiplier(v - in_zp, m, s) + out_zp)))
 
 
-def relu_table(in_scale, in_zp: int, out_scale, out_zp: int, act_max: float | None = None) -> np.ndarray:
-    """RELU (``act_max=None``), RELU_N1_TO_1 or RELU6 with requantization (``ReluQuantized``)."""
+def relu_table(in_scale, in_zp: int, out_scale, out_zp: int, act_min: float = 0.0,
+               act_max: float | None = None) -> np.ndarray:
+    """RELU (``act_max=None``), RELU_N1_TO_1 (-1, 1) or RELU6 (0, 6) with requantization (``ReluQuantized``)."""
     m, s = quantize_multiplier(f32(np.float32(in_scale) / np.float32(out_scale)))
-    lo = max(-128, out_zp + int(np.round(np.float32(0.0) / np.float32(out_scale))))
+    lo = max(-128, quantize_float(act_min, out_scale, out_zp))
     hi = 127 if act_max is None else min(127, quantize_float(act_max, out_scale, out_zp))
     return _table(lambda v: min(hi, max(lo, out_zp + multiply_by_quantized_multiplier(v - in_zp, m, s))))
-
-
-def relu6_table(in_scale, in_zp: int) -> np.ndarray:
-    """RELU6 as TFLite Micro computes it: ``min(max(x, zp_in), quantize(6))`` (output parameters unused)."""
-    six = quantize_float(6.0, in_scale, in_zp)
-    return _table(lambda v: min(max(v, in_zp), six))
 
 
 def leaky_relu_table(in_scale, in_zp: int, out_scale, out_zp: int, alpha: float) -> np.ndarray:

@@ -1,0 +1,114 @@
+"""One-operator int8 TFLite models with chosen (or random) quantization, for the int8 lowering tests."""
+
+import math
+
+import numpy as np
+
+from tvm_memsched.tflite.builder import ModelBuilder, tfl
+
+B, O = tfl.BuiltinOperator, tfl.BuiltinOptions
+
+
+def qtensor(mb, name, shape, scale, zp, dtype=np.int8, data=None, qd=0):
+    return mb.tensor(name, list(shape), dtype, data=data, scale=scale, zero_point=zp, quantized_dimension=qd)
+
+
+def rand_q(rng, lo=0.005, hi=0.2):
+    """A random per-tensor (scale, zero point) of an int8 activation."""
+    return float(np.float32(rng.uniform(lo, hi))), int(rng.integers(-128, 128))
+
+
+def conv(rng, *, depthwise=False, act=0, stride=1, pad=tfl.Padding.SAME, hw=(7, 6), cin=3, cout=4, k=3, dil=1,
+         per_channel=True, multiplier=1, bias=True):
+    """CONV_2D (OHWI weights) or DEPTHWISE_CONV_2D (1HW(C*M)) with int32 bias."""
+    mb = ModelBuilder()
+    (sx, zx), (sy, zy) = rand_q(rng, 0.01, 0.1), rand_q(rng, 0.02, 0.3)
+    h, w = hw
+    x = qtensor(mb, "x", [1, h, w, cin], sx, zx)
+    oc = cin * multiplier if depthwise else cout
+    wshape = [1, k, k, oc] if depthwise else [oc, k, k, cin]
+    qd = 3 if depthwise else 0
+    wd = rng.integers(-127, 128, wshape).astype(np.int8)
+    ws = rng.uniform(0.002, 0.02, oc if per_channel else 1).astype(np.float32)
+    wt = qtensor(mb, "w", wshape, ws, np.zeros(len(ws), int), data=wd, qd=qd)
+    ins = [x, wt]
+    if bias:
+        bd = rng.integers(-3000, 3000, [oc]).astype(np.int32)
+        ins.append(qtensor(mb, "b", [oc], sx * ws, np.zeros(len(ws), int), dtype=np.int32, data=bd))
+    if pad == tfl.Padding.SAME:
+        oh, ow = math.ceil(h / stride), math.ceil(w / stride)
+    else:
+        oh, ow = (h - (k - 1) * dil - 1) // stride + 1, (w - (k - 1) * dil - 1) // stride + 1
+    y = qtensor(mb, "y", [1, oh, ow, oc], sy, zy)
+    if depthwise:
+        o = tfl.DepthwiseConv2DOptionsT()
+        o.depthMultiplier = multiplier
+        code, opt = B.DEPTHWISE_CONV_2D, O.DepthwiseConv2DOptions
+    else:
+        o = tfl.Conv2DOptionsT()
+        code, opt = B.CONV_2D, O.Conv2DOptions
+    o.padding, o.strideH, o.strideW, o.fusedActivationFunction = pad, stride, stride, act
+    o.dilationHFactor = o.dilationWFactor = dil
+    mb.op(code, ins, [y], opt, o, version=3)
+    return mb.finish([x], [y])
+
+
+def fully_connected(rng, *, act=0, batch=1, k=16, n=5, bias=True):
+    mb = ModelBuilder()
+    (sx, zx), (sy, zy) = rand_q(rng, 0.01, 0.1), rand_q(rng, 0.05, 0.5)
+    x = qtensor(mb, "x", [batch, k], sx, zx)
+    ws = float(np.float32(rng.uniform(0.002, 0.02)))
+    w = qtensor(mb, "w", [n, k], ws, 0, data=rng.integers(-127, 128, (n, k)).astype(np.int8))
+    ins = [x, w]
+    if bias:
+        ins.append(qtensor(mb, "b", [n], sx * ws, 0, dtype=np.int32,
+                           data=rng.integers(-3000, 3000, n).astype(np.int32)))
+    y = qtensor(mb, "y", [batch, n], sy, zy)
+    o = tfl.FullyConnectedOptionsT()
+    o.fusedActivationFunction = act
+    mb.op(B.FULLY_CONNECTED, ins, [y], O.FullyConnectedOptions, o, version=4)
+    return mb.finish([x], [y])
+
+
+def binary(rng, code, *, act=0, shape1=(1, 4, 4, 3), shape2=(1, 4, 4, 3)):
+    mb = ModelBuilder()
+    (s1, z1), (s2, z2), (so, zo) = rand_q(rng), rand_q(rng), rand_q(rng, 0.02, 0.4)
+    a = qtensor(mb, "a", shape1, s1, z1)
+    b = qtensor(mb, "b", shape2, s2, z2)
+    y = qtensor(mb, "y", np.broadcast_shapes(shape1, shape2), so, zo)
+    opts = {B.ADD: (O.AddOptions, tfl.AddOptionsT), B.SUB: (O.SubOptions, tfl.SubOptionsT),
+            B.MUL: (O.MulOptions, tfl.MulOptionsT)}[code]
+    o = opts[1]()
+    o.fusedActivationFunction = act
+    mb.op(code, [a, b], [y], opts[0], o, version=2)
+    return mb.finish([a, b], [y])
+
+
+def unary(code, options=None, *, shape=(1, 4, 4, 3), qin=(0.05, 3), qout=(0.1, 1), out_shape=None, extra=(),
+          version=1):
+    """A one-input operator; ``extra`` are callables adding constant inputs ``f(mb) -> tensor index``."""
+    mb = ModelBuilder()
+    a = qtensor(mb, "a", shape, *qin)
+    y = qtensor(mb, "y", out_shape or shape, *qout)
+    mb.op(code, [a] + [e(mb) for e in extra], [y], *(options or (0, None)), version=version)
+    return mb.finish([a], [y])
+
+
+def pool(code, *, shape=(1, 5, 5, 3), out_shape=(1, 3, 3, 3), k=3, stride=2, pad=tfl.Padding.SAME, q=(0.05, 3),
+         act=0):
+    o = tfl.Pool2DOptionsT()
+    o.padding, o.strideH, o.strideW, o.filterHeight, o.filterWidth = pad, stride, stride, k, k
+    o.fusedActivationFunction = act
+    return unary(code, (O.Pool2DOptions, o), shape=shape, out_shape=out_shape, qin=q, qout=q)
+
+
+def options(cls, **fields):
+    o = cls()
+    for k, v in fields.items():
+        setattr(o, k, v)
+    return o
+
+
+def const_i32(name, values):
+    return lambda mb: mb.tensor(name, [len(values)] if np.ndim(values) else [], np.int32,
+                                data=np.array(values, np.int32))
