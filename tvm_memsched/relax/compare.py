@@ -37,7 +37,7 @@ from .graph import block_to_graph, used_after_blocks
 from .pipeline import as_target, pipeline, stages
 from .workspace import WorkspaceMeter
 
-__all__ = ["Comparison", "compare", "random_inputs", "block_peaks", "run_vm"]
+__all__ = ["Comparison", "compare", "random_inputs", "block_peaks", "run_vm", "time_vm"]
 
 
 @dataclass
@@ -72,6 +72,10 @@ class Comparison:
     memsched_profile: list = field(default_factory=list)  # the same for our order
     layout: list = field(default_factory=list)            # our arena: (name, scope, offset, size, start, end)
     rewrites: list = field(default_factory=list)          # identity rewrites applied to our side (rule, var, ...)
+    int8: dict | None = None                              # int8 lowering of our side (LoweringReport.to_dict())
+    int8_max_lsb_vs_default: float | None = None          # TFLite integer arithmetic vs TVM's float emulation
+    default_run_seconds: float | None = None              # median VM run time of each executable
+    memsched_run_seconds: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -108,6 +112,13 @@ class Comparison:
             f"  compile: TVM {self.default_compile_seconds:.2f}s, ours {self.memsched_compile_seconds:.2f}s "
             f"(scheduling {self.scheduling_seconds:.2f}s)",
         ]
+        if self.default_run_seconds is not None:
+            lines.append(f"  run time (VM, median): TVM {self.default_run_seconds * 1e3:.2f} ms, ours "
+                         f"{self.memsched_run_seconds * 1e3:.2f} ms")
+        if self.int8:
+            lines.insert(1, f"  {self.int8['summary']}; our integer outputs vs TVM's float emulation: "
+                            f"max {self.int8_max_lsb_vs_default:g} LSB (numerics checked against TVM's default "
+                            "build of the lowered module)")
         if self.rewrites:
             rules = sorted({r["rule"] for r in self.rewrites})
             lines.insert(1, f"  identity rewrites on our side: {len(self.rewrites)} ({', '.join(rules)})")
@@ -175,13 +186,32 @@ def run_vm(ex, inputs, func: str = "main") -> list[np.ndarray]:
     return flat
 
 
+def time_vm(ex, inputs, func: str = "main", repeat: int = 5) -> float:
+    """Median wall time (seconds) of ``repeat`` runs of ``func`` on the VM (after one warm-up run)."""
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    vm[func](*args)
+    times = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        vm[func](*args)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
             seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
-            rewrite=False, **options) -> Comparison:
+            rewrite=False, int8: bool = True, repeat: int = 5, **options) -> Comparison:
     """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
 
     ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
     side first (``True``, or a dict of its options such as ``{"policy": "always"}``).
+    ``int8`` (default True): lower quantized operator groups of our side to
+    TFLite's integer kernels first (:func:`~tvm_memsched.relax.int8.lower.lower_int8`);
+    TVM's default side keeps its float emulation. Our outputs are then checked
+    against TVM's default build of the lowered module (same arithmetic), and
+    the integer difference to TVM's float emulation is reported. ``repeat``:
+    runs of each executable for the median run time (0 skips timing).
     """
     target = as_target(target)
     st = stages(target)
@@ -207,20 +237,26 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         t_default = time.perf_counter() - t0 + t_common
         # ---- ours (extra passes such as InlinePadding run after FuseTIR, as in pipeline())
         t0 = time.perf_counter()
+        ours_mod, int8_report = mod, None
+        if int8:
+            from .int8.lower import lower_int8
+
+            ours_mod, int8_report = lower_int8(mod)
+            if not int8_report.total:
+                ours_mod, int8_report = mod, None
         rewrites = []
         if rewrite:
             from .rewrite import identity_rewrite
 
             kw = dict(rewrite) if isinstance(rewrite, dict) else {}
             kw.setdefault("target", target)
-            r_mod, r_report = identity_rewrite(mod, **kw)
+            r_mod, r_report = identity_rewrite(ours_mod, **kw)
             rewrites = [asdict(site) for site in r_report.sites]
-            m_base = tvm.transform.Sequential(st["dispatch"] + st["legalize"])(r_mod) if rewrites else fused
-        else:
-            m_base = fused
+            ours_mod = r_mod if rewrites else ours_mod
+        m_base = fused if ours_mod is mod else tvm.transform.Sequential(st["dispatch"] + st["legalize"])(ours_mod)
         m_fused = tvm.transform.Sequential(extra)(m_base) if extra else m_base
         m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (extra or m_base is not fused) else meter
-        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, **options)
+        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False, **options)
         reorder, arena = p.reorder, p.arena
         m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
         m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter)
@@ -233,14 +269,19 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         t_ours = time.perf_counter() - t0 + t_common
     ws = [meter(gv) for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     m_ws = [m_meter(gv) for gv, f in m_fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    numerics_ok, diff = True, 0.0
+    numerics_ok, diff, lsb, t_d, t_m = True, 0.0, None, None, None
     if run:
         inputs = random_inputs(mod["main"], seed) if inputs is None else inputs
         a, b = run_vm(d_ex, inputs), run_vm(m_ex, inputs)
+        if int8_report is not None:
+            # same arithmetic on both sides: TVM's default build of the lowered module is the reference
+            lsb = _max_abs_diff(a, b)
+            a = run_vm(tvm.compile(ours_mod, target), inputs)
         numerics_ok = len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, rtol=rtol, atol=atol)
                                                for x, y in zip(a, b))
-        diff = max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b)
-                    if x.size and x.shape == y.shape), default=0.0)
+        diff = _max_abs_diff(a, b)
+        if repeat:
+            t_d, t_m = time_vm(d_ex, inputs, repeat=repeat), time_vm(m_ex, inputs, repeat=repeat)
     blocks = [r.to_dict() for r in reorder.report]
     return Comparison(
         model=name, target=str(target.kind.name), method=method,
@@ -259,7 +300,14 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         functions=[f.to_dict() for f in arena.report], blocks=blocks,
         default_storages={k2: list(v) for k2, v in d_storages.items()},
         default_profile=_profile(d_graphs), memsched_profile=_profile(m_graphs),
-        layout=[list(x) for f in arena.report for x in f.layout], rewrites=rewrites)
+        layout=[list(x) for f in arena.report for x in f.layout], rewrites=rewrites,
+        int8=int8_report.to_dict() if int8_report is not None else None, int8_max_lsb_vs_default=lsb,
+        default_run_seconds=t_d, memsched_run_seconds=t_m)
+
+
+def _max_abs_diff(a, b) -> float:
+    return max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b)
+                if x.size and x.shape == y.shape), default=0.0)
 
 
 def _profile(graphs) -> list[int]:
