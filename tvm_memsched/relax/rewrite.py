@@ -1359,7 +1359,7 @@ class Evaluator:
         self.method, self.time_limit, self.options = method, time_limit, dict(options)
         self.count = 0
         if level == "kernel":
-            from .pipeline import as_target, stages
+            from .target import as_target, stages
 
             self.target = as_target(target)
             st = stages(self.target)
