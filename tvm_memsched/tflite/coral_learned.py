@@ -65,7 +65,6 @@ True
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import os
 import time
@@ -75,6 +74,7 @@ import numpy as np
 
 from ..core.errors import MemschedError
 from ..core.graph import Graph
+from ..schedulers.weights import read_weights_npz, write_weights_npz
 from .coral import (DEFAULT_COST_MODEL, PS_PER_MS, EdgeTpuCostModel, Segmentation, _Costs, _figures,
                     dp_segment, stage_members, stage_param_bytes, stage_tensors, window_dp)
 
@@ -265,8 +265,6 @@ _CACHE: dict = {}
 
 def save_segmenter(path: str, params: dict, config: dict, extra_meta: dict | None = None) -> dict:
     """Write weights (float32) and metadata (config, feature lists and version, parameter hash)."""
-    from ..schedulers.learned import write_weights_npz
-
     meta = {"format": "tvm_memsched.coral_segmenter/1", "feature_version": FEATURE_VERSION, "config": config,
             "op_features": list(OP_FEATURES), "graph_features": list(GRAPH_FEATURES),
             "boundary_features": list(BOUNDARY_FEATURES)}
@@ -276,30 +274,12 @@ def save_segmenter(path: str, params: dict, config: dict, extra_meta: dict | Non
 
 def load_segmenter(path: str | None = None) -> SegmenterModel:
     """Load (and cache) segmenter weights; checks the format, feature version, shapes and parameter hash."""
-    from ..schedulers.learned import params_digest
-
     path = os.path.abspath(path or default_segmenter_path())
     if path in _CACHE:
         return _CACHE[path]
-    if not os.path.exists(path):
-        raise MemschedError(f"Coral segmenter weights not found at {path}; "
-                            "train them with scripts/train_coral_segmenter.py")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta_json"]))
-            params = {k[2:]: z[k] for k in z.files if k.startswith("p:")}
-    except (OSError, ValueError, KeyError) as e:
-        raise MemschedError(f"{path}: not a Coral segmenter weights file ({e})") from None
-    if meta.get("format") != "tvm_memsched.coral_segmenter/1":
-        raise MemschedError(f"{path}: not a Coral segmenter weights file (format {meta.get('format')!r})")
-    if meta.get("feature_version") != FEATURE_VERSION:
-        raise MemschedError(f"{path}: trained with feature version {meta.get('feature_version')}, this code "
-                            f"computes version {FEATURE_VERSION}; retrain")
-    if params_digest(params) != meta.get("params_sha256"):
-        raise MemschedError(f"{path}: parameter hash mismatch (file corrupted?)")
-    shapes = param_shapes(meta["config"])
-    if {k: tuple(v.shape) for k, v in params.items()} != {k: tuple(s) for k, s in shapes.items()}:
-        raise MemschedError(f"{path}: parameter shapes do not match the config {meta['config']}")
+    params, meta = read_weights_npz(path, format="tvm_memsched.coral_segmenter/1", feature_version=FEATURE_VERSION,
+                                    what="Coral segmenter", train="train them with scripts/train_coral_segmenter.py",
+                                    param_shapes=param_shapes)
     model = SegmenterModel(params, meta["config"])
     model.meta = meta
     _CACHE[path] = model
