@@ -6,7 +6,7 @@ repairs dependency violations afterwards. This module is the inference side
 of our version; the weights ship in ``tflite/data/coral_segmenter.npz`` and
 everything here is numpy. Training is ``scripts/train_coral_segmenter.py``
 (PyTorch, optional), on :func:`~tvm_memsched.core.coral_dag` graphs labelled by
-the exact segmentation of :func:`.coral.segment` (CP-SAT over all orders).
+the exact segmentation of :func:`.segment.segment` (CP-SAT over all orders).
 
 Model
 -----
@@ -34,7 +34,7 @@ Decoding (valid by construction)
    is topological; RESPECT's post-inference repair is not needed).
 2. The K stages are the contiguous cut of that order with the highest model
    likelihood (Viterbi over positions x stages, every stage non-empty).
-3. Polishing: the exact dynamic program of :func:`.coral.window_dp` moves every
+3. Polishing: the exact dynamic program of :func:`.solve.window_dp` moves every
    cut within ``window`` positions (exact stage times, ``O(K * window * n)``;
    by default every position on graphs up to ~150 ops); the best decoded order
    is then cut exactly over all positions (``final_dp``, ``O(n^2)``).
@@ -46,7 +46,7 @@ Decoding (valid by construction)
 5. Refinement: :func:`local_search` moves single ops out of the slowest stage
    while that lowers the stage times (exact evaluation of the stages touched).
 
-The result is a :class:`.coral.Segmentation` with ``method="learned"``; its
+The result is a :class:`.cost.Segmentation` with ``method="learned"``; its
 ``lower_bound_ms`` is the trivial bound (compute / K, the slowest op, the model
 inputs' and outputs' transfers), so ``optimal`` is only claimed when that bound
 is met.
@@ -72,11 +72,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.errors import MemschedError
-from ..core.graph import Graph
-from ..schedulers.weights import read_weights_npz, write_weights_npz
-from .coral import (DEFAULT_COST_MODEL, PS_PER_MS, EdgeTpuCostModel, Segmentation, _Costs, _figures,
-                    dp_segment, stage_members, stage_param_bytes, stage_tensors, window_dp)
+from ...core.errors import MemschedError
+from ...core.graph import Graph
+from ...schedulers.weights import read_weights_npz, write_weights_npz
+from .cost import (DEFAULT_COST_MODEL, PS_PER_MS, EdgeTpuCostModel, Segmentation, StageCosts, stage_figures,
+                   stage_members, stage_param_bytes, stage_tensors)
+from .solve import dp_segment, window_dp
 
 __all__ = ["OP_FEATURES", "GRAPH_FEATURES", "BOUNDARY_FEATURES", "FEATURE_VERSION", "SegmenterModel",
            "load_segmenter", "default_segmenter_path", "save_segmenter", "segmenter_features", "decode",
@@ -130,7 +131,7 @@ N_IN = NO + NG + NB
 class _Features:
     """Per-op and per-graph features of ``graph`` under a cost model (independent of K)."""
 
-    def __init__(self, graph: Graph, costs: _Costs):
+    def __init__(self, graph: Graph, costs: StageCosts):
         g = graph
         n = g.num_ops
         self.n = n
@@ -220,7 +221,7 @@ class _Features:
 
 def segmenter_features(graph: Graph, k: int, cost_model: EdgeTpuCostModel | None = None) -> np.ndarray:
     """The model's input matrix for ``graph`` split into ``k`` stages: shape ``(num_ops * (k - 1), N_IN)``."""
-    return _Features(graph, _Costs(graph, cost_model or DEFAULT_COST_MODEL)).inputs(k)
+    return _Features(graph, StageCosts(graph, cost_model or DEFAULT_COST_MODEL)).inputs(k)
 
 
 # --------------------------------------------------------------------------- model
@@ -257,7 +258,8 @@ def param_shapes(config: dict) -> dict:
 
 
 def default_segmenter_path() -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "coral_segmenter.npz")
+    """The shipped weights, ``tvm_memsched/tflite/data/coral_segmenter.npz``."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "coral_segmenter.npz")
 
 
 _CACHE: dict = {}
@@ -350,7 +352,7 @@ def viterbi_cuts(logits: np.ndarray, order: Sequence[int], k: int) -> list:
     return sorted(cuts)
 
 
-def decode(graph: Graph, logits: np.ndarray, k: int, costs: _Costs, window: int) -> tuple:
+def decode(graph: Graph, logits: np.ndarray, k: int, costs: StageCosts, window: int) -> tuple:
     """One decode of ``logits`` (n x (k-1)): ``(order, polished cuts, raw ps, polished ps)``."""
     z = (1.0 / (1.0 + np.exp(-logits))).sum(axis=1) if k > 1 else np.zeros(graph.num_ops)
     order = priority_order(graph, z)
@@ -374,14 +376,14 @@ def _stage_of(n: int, order: Sequence[int], cuts: Sequence[int]) -> list:
     return stage_of
 
 
-def _bottleneck(costs: _Costs, order: Sequence[int], cuts: Sequence[int]) -> int:
-    figs, _ = _figures(costs, _stage_of(costs.graph.num_ops, order, cuts), len(cuts) + 1)
+def _bottleneck(costs: StageCosts, order: Sequence[int], cuts: Sequence[int]) -> int:
+    figs, _ = stage_figures(costs, _stage_of(costs.graph.num_ops, order, cuts), len(cuts) + 1)
     return max(f.time_ps for f in figs)
 
 
-def stage_times(costs: _Costs, stage_of: Sequence[int], members: Sequence, stages: Sequence[int]) -> dict:
-    """Integer times of some ``stages`` (``members[s]``: the ops of stage ``s``), as :func:`.coral.evaluate`
-    computes them, at the cost of those stages only (:func:`.coral.stage_tensors`)."""
+def stage_times(costs: StageCosts, stage_of: Sequence[int], members: Sequence, stages: Sequence[int]) -> dict:
+    """Integer times of some ``stages`` (``members[s]``: the ops of stage ``s``), as :func:`.cost.evaluate`
+    computes them, at the cost of those stages only (:func:`.cost.stage_tensors`)."""
     size = costs.graph.size
     out: dict = {}
     for s in stages:
@@ -391,7 +393,7 @@ def stage_times(costs: _Costs, stage_of: Sequence[int], members: Sequence, stage
     return out
 
 
-def local_search(costs: _Costs, stage_of: Sequence[int], k: int, max_moves: int) -> tuple[list, int, int]:
+def local_search(costs: StageCosts, stage_of: Sequence[int], k: int, max_moves: int) -> tuple[list, int, int]:
     """Improve a stage assignment by moving single ops out of the slowest stage.
 
     A move takes an op of the slowest stage ``b`` with no successor in ``b`` to
@@ -440,7 +442,7 @@ def local_search(costs: _Costs, stage_of: Sequence[int], k: int, max_moves: int)
     return so, max(times.values()), moves
 
 
-def trivial_lower_bound_ps(costs: _Costs, k: int) -> int:
+def trivial_lower_bound_ps(costs: StageCosts, k: int) -> int:
     """No K-stage pipeline is faster: compute / K, the slowest op, the model inputs' / outputs' transfers."""
     g = costs.graph
     ins = sum(g.size[t] for t in g.input_ids)
@@ -467,11 +469,11 @@ def segment_learned(graph: Graph, k: int, *, cost_model: EdgeTpuCostModel | None
     ``samples``: extra decodes with logistic noise of
     scale ``temperature`` on the logits (seeded by ``seed``); the fastest
     candidate under the cost model wins. ``order`` (op names or ids, e.g. the
-    memory schedule): its exact optimal cut (:func:`.coral.dp_segment`,
+    memory schedule): its exact optimal cut (:func:`.solve.dp_segment`,
     ``O(n^2)``) joins the candidates, so the result is never slower than
     cutting that order; ``None`` (the default) uses the model's decodes only.
     ``final_dp``: cut the best decoded order exactly over all positions
-    (:func:`.coral.dp_segment`, ``O(n^2)``: about 0.7 s at 1,000 ops), which
+    (:func:`.solve.dp_segment`, ``O(n^2)``: about 0.7 s at 1,000 ops), which
     matters on large graphs where ``window`` is small.
     ``refine_moves``: at most this many improving single-op moves of
     :func:`local_search` on the best candidate (0: none).
@@ -491,7 +493,7 @@ def segment_learned(graph: Graph, k: int, *, cost_model: EdgeTpuCostModel | None
                             f"temperature > 0, got window={window}, samples={samples}, "
                             f"refine_moves={refine_moves}, temperature={temperature}")
     cm = cost_model or DEFAULT_COST_MODEL
-    costs = _Costs(graph, cm)
+    costs = StageCosts(graph, cm)
     model = model or load_segmenter(weights)
     if k > 1:
         feats = _Features(graph, costs)
@@ -524,7 +526,7 @@ def segment_learned(graph: Graph, k: int, *, cost_model: EdgeTpuCostModel | None
         stage_of, best, moves = local_search(costs, stage_of, k, refine_moves)
     pos = {v: i for i, v in enumerate(best_order)}
     best_order = sorted(range(n), key=lambda v: (stage_of[v], pos[v]))   # stage-monotone: topological
-    figs, cut_bytes = _figures(costs, stage_of, k)
+    figs, cut_bytes = stage_figures(costs, stage_of, k)
     worst = max(f.time_ps for f in figs)
     if worst != best:
         raise AssertionError(f"learned segmentation: decoded {best} ps != evaluated {worst} ps (internal error)")
