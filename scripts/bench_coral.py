@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from tvm_memsched import zoo  # noqa: E402
 from tvm_memsched.core import coral_dag  # noqa: E402
-from tvm_memsched.core.progress import Progress  # noqa: E402
+from tvm_memsched.app.progress import Progress  # noqa: E402
 from tvm_memsched.tflite.coral import learned as CL  # noqa: E402
 from tvm_memsched.tflite.coral import segment  # noqa: E402
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tvm_memsched import zoo
-from tvm_memsched.cli import main
+from tvm_memsched.app.cli import main
 from tvm_memsched.core import Graph, Op, coral_dag, random_dag
 from tvm_memsched.core.errors import MemschedError
 from tvm_memsched.tflite.builder import ModelBuilder, tfl
