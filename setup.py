@@ -24,5 +24,5 @@ setup(
     install_requires=["numpy>=1.24", "networkx>=3.0"],
     extras_require={"tvm": TVM, "ilp": ILP, "tflite": TFLITE, "plot": PLOT, "torch": TORCH,
                     "all": ALL, "test": TEST},
-    entry_points={"console_scripts": ["tvm-memsched=tvm_memsched.cli:main"]},
+    entry_points={"console_scripts": ["tvm-memsched=tvm_memsched.app.cli:main"]},
 )

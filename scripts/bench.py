@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tvm_memsched.cli import main  # noqa: E402
+from tvm_memsched.app.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["bench"] + sys.argv[1:]))

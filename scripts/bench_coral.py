@@ -41,8 +41,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from tvm_memsched import zoo  # noqa: E402
 from tvm_memsched.core import coral_dag  # noqa: E402
-from tvm_memsched.core.progress import Progress  # noqa: E402
-from tvm_memsched.tflite import coral_learned as CL  # noqa: E402
+from tvm_memsched.app.progress import Progress  # noqa: E402
+from tvm_memsched.tflite.coral import learned as CL  # noqa: E402
 from tvm_memsched.tflite.coral import segment  # noqa: E402
 
 HELD_OUT_SEED = 5_000_000     # training uses seeds < 1,000,000

@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from tvm_memsched.core import layered_dag  # noqa: E402
-from tvm_memsched.core.progress import Progress  # noqa: E402
+from tvm_memsched.app.progress import Progress  # noqa: E402
 from tvm_memsched.schedulers import available_methods, schedule  # noqa: E402
 from tvm_memsched.schedulers import learned as L  # noqa: E402  (registers "learned")
 

@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from tvm_memsched.core import cell_network, layered_dag, random_dag  # noqa: E402
-from tvm_memsched.core.progress import Progress  # noqa: E402
+from tvm_memsched.app.progress import Progress  # noqa: E402
 from tvm_memsched.schedulers import available_methods, schedule  # noqa: E402
 
 

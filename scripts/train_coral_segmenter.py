@@ -10,7 +10,7 @@ Pipeline (seeded, CPU):
    DP, then CP-SAT over all orders with a deterministic time limit, not started
    from any learned solution); only
    labels CP-SAT proves optimal are kept. Labels are cached in ``--out``.
-2. **Imitation.** The MLP of :mod:`tvm_memsched.tflite.coral_learned` is
+2. **Imitation.** The MLP of :mod:`tvm_memsched.tflite.coral.learned` is
    trained with the binary cross-entropy of ``[stage(v) > j]`` against the
    exact stage of every op, for every boundary ``j`` (Adam, mini-batches of
    graphs). Inputs are standardised with the training set's mean and deviation,
@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from tvm_memsched.core import coral_dag  # noqa: E402
-from tvm_memsched.tflite import coral_learned as CL  # noqa: E402
+from tvm_memsched.tflite.coral import learned as CL  # noqa: E402
 from tvm_memsched.tflite.coral import DEFAULT_COST_MODEL, segment  # noqa: E402
 
 
@@ -113,7 +113,7 @@ def reinforce(args, net, load, export, train, val, tx, ty, config, best, best_pa
     """
     import torch
 
-    from tvm_memsched.tflite.coral import PS_PER_MS, _Costs
+    from tvm_memsched.tflite.coral import PS_PER_MS, StageCosts
 
     load(best_params)
     opt = torch.optim.Adam(net.parameters(), lr=args.rl_lr)
@@ -121,7 +121,7 @@ def reinforce(args, net, load, export, train, val, tx, ty, config, best, best_pa
     insts = []
     for d in train:
         g, k = instance(d["seed"], tuple(d["n_range"]))
-        insts.append((g, k, _Costs(g, DEFAULT_COST_MODEL), d["bottleneck_ms"] * PS_PER_MS))
+        insts.append((g, k, StageCosts(g, DEFAULT_COST_MODEL), d["bottleneck_ms"] * PS_PER_MS))
     rng = random.Random(args.seed + 1)
     t0 = time.perf_counter()
     for epoch in range(args.rl_epochs):

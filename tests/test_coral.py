@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tvm_memsched import zoo
-from tvm_memsched.cli import main
+from tvm_memsched.app.cli import main
 from tvm_memsched.core import Graph, Op, coral_dag, random_dag
 from tvm_memsched.core.errors import MemschedError
 from tvm_memsched.tflite.builder import ModelBuilder, tfl
-from tvm_memsched.tflite.coral import (PS_PER_MS, EdgeTpuCostModel, _Costs, coral_export, dp_segment, evaluate,
+from tvm_memsched.tflite.coral import (PS_PER_MS, EdgeTpuCostModel, StageCosts, coral_export, dp_segment, evaluate,
                                        run_segments, segment, stage_io, window_dp)
 from tvm_memsched.tflite.reader import load_model, read_tflite
 from tvm_memsched.tflite.verify import compare_litert, litert_interpreter, random_inputs
@@ -110,7 +110,7 @@ def test_cpsat_stopped_early_reports_the_true_bottleneck(n, seed, k):
 @pytest.mark.parametrize("seed", range(6))
 def test_window_dp_is_exact_within_its_windows(seed):
     g = costed(random_dag(10, seed=200 + seed), seed)
-    costs = _Costs(g, TOY)
+    costs = StageCosts(g, TOY)
     order = list(g.topo)
     rng = random.Random(seed)
     for k in (2, 3, 4):

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tvm_memsched import zoo
-from tvm_memsched.cli import main
+from tvm_memsched.app.cli import main
 from tvm_memsched.core import coral_dag, random_dag
 from tvm_memsched.core.errors import MemschedError
-from tvm_memsched.tflite import coral_learned as CL
-from tvm_memsched.tflite.coral import PS_PER_MS, _Costs, coral_export, evaluate, segment
+from tvm_memsched.tflite.coral import learned as CL
+from tvm_memsched.tflite.coral import PS_PER_MS, StageCosts, coral_export, evaluate, segment
 from tvm_memsched.tflite.reader import read_tflite
 
 from test_coral import TOY, brute_force_free, costed
@@ -90,8 +90,8 @@ def test_random_model_gives_valid_segmentations_never_below_the_optimum(seed):
         opt = brute_force_free(g, k, TOY)
         assert round(s.bottleneck_ms * PS_PER_MS) >= opt
         assert s.optimal == (k == 1 or round(s.bottleneck_ms * PS_PER_MS) == CL.trivial_lower_bound_ps(
-            _Costs(g, TOY), k))
-        assert CL.trivial_lower_bound_ps(_Costs(g, TOY), k) <= opt
+            StageCosts(g, TOY), k))
+        assert CL.trivial_lower_bound_ps(StageCosts(g, TOY), k) <= opt
         assert s.stats["raw_bottleneck_ms"] >= s.bottleneck_ms
         raw = CL.segment_learned(g, k, cost_model=TOY, model=model, samples=0, window=0, final_dp=False,
                                  refine_moves=0)
@@ -109,7 +109,7 @@ def test_random_model_gives_valid_segmentations_never_below_the_optimum(seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_stage_times_and_local_search_agree_with_the_reference_evaluation(seed):
     g = costed(random_dag(12, seed=400 + seed), seed)
-    costs = _Costs(g, TOY)
+    costs = StageCosts(g, TOY)
     rng = random.Random(seed)
     for k in (2, 3, 4):
         # a random stage-monotone assignment with every stage non-empty: cut a random topological order

@@ -10,7 +10,8 @@ from strategies import brute_force_optimum, chainify, dags, stacked_blocks
 from tvm_memsched.core import MemschedError, cell_network, random_dag, simulate
 from tvm_memsched.core.bounds import cut_lower_bound, lower_bound
 from tvm_memsched.schedulers import schedule
-from tvm_memsched.schedulers.fusion import chain_segments, fuse_regions
+from tvm_memsched.schedulers.fusion import chain_segments
+from tvm_memsched.schedulers.regions import fuse_regions
 from tvm_memsched.schedulers.ilp import ilp_atoms, solve_ilp
 from tvm_memsched.schedulers.search import Problem, best_first
 

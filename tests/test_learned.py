@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import chainify, dags
 
-from tvm_memsched.core import Graph, Op, cell_network, layered_dag, random_dag, simulate
+from tvm_memsched.core import Graph, MemschedError, Op, cell_network, layered_dag, random_dag, simulate
 from tvm_memsched.core.simulate import footprints
 from tvm_memsched.schedulers import schedule
 from tvm_memsched.schedulers import learned as L
@@ -53,7 +53,7 @@ def test_corrupted_weights_are_rejected(tmp_path):
     arrays["p:p_v"] = arrays["p:p_v"] + 1
     bad = tmp_path / "bad.npz"
     np.savez_compressed(bad, **arrays)
-    with pytest.raises(Exception, match="hash"):
+    with pytest.raises(MemschedError, match="hash mismatch"):
         L.load_model(str(bad))
 
 
@@ -226,9 +226,9 @@ def test_auto_phase():
 
 def test_rejects_bad_options():
     g = layered_dag(10, seed=1)
-    with pytest.raises(Exception):
+    with pytest.raises(MemschedError, match="beam >= 1"):
         schedule(g, "learned", beam=0)
-    with pytest.raises(Exception):
+    with pytest.raises(MemschedError, match="samples must be >= 0"):
         schedule(g, "learned", samples=-1)
 
 

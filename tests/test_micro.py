@@ -13,7 +13,7 @@ import pytest
 from tvm import relax
 
 from tvm_memsched import micro
-from tvm_memsched.cli import main as cli_main
+from tvm_memsched.app.cli import main as cli_main
 from tvm_memsched.core.errors import MemschedError, UnsupportedError
 from tvm_memsched.micro.kernels import workspace_need, workspace_requests
 from tvm_memsched.micro.toolchain import ToolchainError

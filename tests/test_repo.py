@@ -25,7 +25,7 @@ def test_readme_starts_with_two_commands_that_ci_runs():
 
 
 def test_core_and_schedulers_import_without_tvm():
-    code = ("import sys; import tvm_memsched, tvm_memsched.core, tvm_memsched.schedulers, tvm_memsched.cli; "
+    code = ("import sys; import tvm_memsched, tvm_memsched.core, tvm_memsched.schedulers, tvm_memsched.app.cli; "
             "bad = [m for m in sys.modules if m == 'tvm' or m.startswith('tvm.') or m.startswith('torch') "
             "or m.startswith('matplotlib') or m.startswith('ortools')]; "
             "assert not bad, bad")

@@ -3,7 +3,7 @@
 import json
 import os
 
-from tvm_memsched.report import markdown, published_rows, run_report, write_report
+from tvm_memsched.app.report import markdown, published_rows, run_report, write_report
 
 
 def test_quick_report_runs_and_writes_files(tmp_path):

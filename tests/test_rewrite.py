@@ -579,7 +579,7 @@ def test_cli_compare_rewrite(tmp_path):
 
 def test_cli_micro_rewrite_runs_and_matches_original(tmp_path, capsys):
     """tvm-memsched micro --rewrite: the rewritten model's C build gives the original model's outputs."""
-    from tvm_memsched.cli import main as cli_main
+    from tvm_memsched.app.cli import main as cli_main
 
     model = tmp_path / "small.tflite"
     model.write_bytes(net_to_tflite(small_net()))

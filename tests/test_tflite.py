@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tvm_memsched import zoo
-from tvm_memsched.cli import main
+from tvm_memsched.app.cli import main
 from tvm_memsched.core import simulate
 from tvm_memsched.core.arena import check_plan
 from tvm_memsched.core.errors import InputFileError, OrderError, UnsupportedError

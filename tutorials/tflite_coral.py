@@ -22,7 +22,7 @@ import time
 
 from tvm_memsched import tflite, zoo
 from tvm_memsched.tflite.coral import coral_export, segment
-from tvm_memsched.tflite.coral_learned import segment_learned
+from tvm_memsched.tflite.coral import segment_learned
 
 out_root = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="tflite_coral_")
 os.makedirs(out_root, exist_ok=True)

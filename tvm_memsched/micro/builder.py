@@ -210,7 +210,8 @@ def _called_kernels(func, prims: set) -> list[str]:
 
 def _split_pipeline(target, method, time_limit, alignment, inline_padding, progress, options):
     """(common passes, reorder pass, passes from the reorder to the planner, TVM's planner pass)."""
-    from ..relax.pipeline import pipeline, stages
+    from ..relax.pipeline import pipeline
+    from ..relax.target import stages
     from ..relax.transform import InlinePadding
 
     extra = [InlinePadding()] if inline_padding else []

@@ -34,7 +34,8 @@ from ..core.errors import MemschedError
 from ..core.simulate import peak_bytes
 from .arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
-from .pipeline import as_target, pipeline, stages
+from .pipeline import pipeline
+from .target import as_target, stages
 from .workspace import WorkspaceMeter
 
 __all__ = ["Comparison", "compare", "random_inputs", "block_peaks", "run_vm", "time_vm"]

@@ -20,47 +20,13 @@ Example
 
 from __future__ import annotations
 
-import importlib
-
 import tvm
-from tvm import relax
 
 from .int8.lower import IntegerLowering
+from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder
 
 __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
-
-_BACKENDS = {"llvm": "cpu_generic", "c": "cpu_generic", "cuda": "cuda", "rocm": "rocm", "metal": "gpu_generic",
-             "vulkan": "gpu_generic", "opencl": "gpu_generic", "webgpu": "gpu_generic"}
-
-
-def as_target(target) -> tvm.target.Target:
-    """A Target from a Target, a JSON-style dict, or a bare kind name such as ``"llvm"``."""
-    if target is None:
-        target = {"kind": "llvm"}
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, str) and target.isidentifier():
-        target = {"kind": target}
-    return tvm.target.Target(target)
-
-
-def stages(target) -> dict[str, list]:
-    """TVM's default pass lists for ``target``: dispatch, legalize, dataflow_lower, finalize."""
-    target = as_target(target)
-    name = _BACKENDS.get(target.kind.name)
-    if name is None:
-        raise relax_unsupported(target)
-    mod = importlib.import_module(f"tvm.relax.backend.{name}.pipeline")
-    dispatch = mod.library_dispatch_passes(target) if hasattr(mod, "library_dispatch_passes") else []
-    return {"dispatch": list(dispatch), "legalize": list(mod.legalize_passes(target)),
-            "dataflow_lower": list(mod.dataflow_lower_passes(target)), "finalize": list(mod.finalize_passes(target))}
-
-
-def relax_unsupported(target):
-    from ..core.errors import UnsupportedError
-
-    return UnsupportedError(f"no default Relax pipeline for target kind '{target.kind.name}'")
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemschedPipeline")

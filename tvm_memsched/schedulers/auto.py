@@ -40,8 +40,8 @@ from ..core.errors import MemschedError
 from ..core.graph import Graph
 from ..core.orders import kahn_order, program_order, rpo_order
 from ..core.simulate import peak_of_ids, simulate
-from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result
-from .dp import _peak_candidates, schedule_parts
+from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result, peak_candidates
+from .dp import schedule_parts
 from .greedy import greedy_order
 from .hmcos import schedule_hmcos
 from .learned import auto_phase as _learned_phase
@@ -123,7 +123,7 @@ def schedule_auto(graph: Graph, *, time_limit: float | None = DEFAULT_TIME_LIMIT
     if not pf.done:
         t0 = time.perf_counter()
         low = cut_bound_if_needed(graph, pf.peak, pf.lower, pf.deadline, share=0.1,
-                                  candidates=_peak_candidates(graph, pf.order, k=8))
+                                  candidates=peak_candidates(graph, pf.order, k=8))
         pf.offer("cut-bound", None, t0, low)
     if not pf.done:
         t0 = time.perf_counter()

@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..core.bounds import lower_bound
+from ..core.bounds import lower_bound, must_live_bounds
 from ..core.graph import Graph
-from ..core.simulate import peak_of_ids
+from ..core.simulate import footprints, peak_of_ids
 
-__all__ = ["ScheduleResult", "Deadline", "make_result", "graph_lower_bound", "cut_bound_if_needed"]
+__all__ = ["ScheduleResult", "Deadline", "make_result", "graph_lower_bound", "cut_bound_if_needed",
+           "peak_candidates"]
 
 ProgressFn = Callable[[str], None]
 
@@ -204,3 +205,25 @@ def cut_bound_if_needed(graph: Graph, peak: int, lower: int, deadline: Deadline,
         return lower
     budget = deadline.share(share)
     return max(lower, cut_lower_bound(graph, candidates, should_stop=budget.expired))
+
+
+def peak_candidates(graph: Graph, order: list[int], k: int = 16) -> list[int]:
+    """Ops worth a cut bound (:func:`cut_bound_if_needed`): ``order``'s peak steps first, then the highest
+    must-live bounds; at most ``k`` op ids.
+
+    >>> from tvm_memsched.core import example_graph
+    >>> g = example_graph()
+    >>> cands = peak_candidates(g, list(g.topo), k=4)
+    >>> len(cands) == 4 and len(set(cands)) == 4
+    True
+    """
+    stable, _ = footprints(graph, order)
+    top = max(stable) if stable else 0
+    cands = [order[i] for i, s in enumerate(stable) if s == top][:k // 2]
+    ml = must_live_bounds(graph)
+    for v in sorted(range(graph.num_ops), key=lambda v: -ml[v]):
+        if len(cands) >= k:
+            break
+        if v not in cands:
+            cands.append(v)
+    return cands

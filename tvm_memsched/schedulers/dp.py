@@ -46,7 +46,8 @@ from ..core.orders import kahn_order, program_order, rpo_order
 from ..core.simulate import peak_of_ids
 from ..core.bounds import must_live_bounds
 from ..core.errors import UnsupportedError
-from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result
+from .base import (Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result,
+                   peak_candidates)
 from .greedy import greedy_order
 from .registry import register
 from .search import Problem, beam_search, best_first, level_dp
@@ -235,26 +236,9 @@ def schedule_dp(graph: Graph, *, time_limit: float | None = None, progress=None,
     if peak > h_peak:  # cannot happen (parts only improve), but never return worse
         order, peak = h_order, h_peak
     proven_lb = cut_bound_if_needed(graph, peak, proven_lb, deadline,
-                                    candidates=_peak_candidates(graph, order))
+                                    candidates=peak_candidates(graph, order))
     stats.update(heuristic=h_name, heuristic_peak=h_peak, proven_lower_bound=proven_lb)
     return make_result(graph, order, "dp", start, proven=peak <= proven_lb, stats=stats, lower=proven_lb)
-
-
-def _peak_candidates(graph: Graph, order: list[int], k: int = 16) -> list[int]:
-    """Ops worth a cut bound: the order's peak steps first, then the highest must-live bounds."""
-    from ..core.bounds import must_live_bounds
-    from ..core.simulate import footprints
-
-    stable, _ = footprints(graph, order)
-    top = max(stable) if stable else 0
-    cands = [order[i] for i, s in enumerate(stable) if s == top][:k // 2]
-    ml = must_live_bounds(graph)
-    for v in sorted(range(graph.num_ops), key=lambda v: -ml[v]):
-        if len(cands) >= k:
-            break
-        if v not in cands:
-            cands.append(v)
-    return cands
 
 
 @register("beam", "beam search over executed-op sets (keeps the best partial schedules per step)")

@@ -26,9 +26,9 @@ at a time). At an optimum the objective equals the simulated peak of the order.
 resident from its producer's first possible step to its last reader's last
 possible step. Pruned variables are never created; both counts are reported.
 
-**Fusion** (:mod:`.fusion`): monotonic chains (Theorem IV.1, as HMCOS
+**Fusion**: monotonic chains (:mod:`.fusion`; Theorem IV.1, as HMCOS
 Conditions 1-2 and their mirror image) and isolated regions whose interior
-always holds at least as much as both ends (Theorem IV.2), repeated to a fixed
+always holds at least as much as both ends (:mod:`.regions`; Theorem IV.2), repeated to a fixed
 point, shrink the ILP without losing the optimum.
 
 **Partitioning.** When the model would exceed ``max_variables``, the graph is
@@ -58,9 +58,10 @@ from dataclasses import dataclass
 from ..core.errors import MemschedError, UnsupportedError
 from ..core.graph import Graph, bitset
 from ..core.simulate import footprints, peak_of_ids
-from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result
-from .dp import _peak_candidates, heuristic_order
-from .fusion import chain_segments, fuse_regions
+from .base import Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result, peak_candidates
+from .dp import heuristic_order
+from .fusion import chain_segments
+from .regions import fuse_regions
 from .registry import register
 from .search import Problem, beam_search
 
@@ -400,7 +401,7 @@ def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None
         bound = max(lb, whole.bound if whole.order is not None or whole.status == "no-solution-in-time" else 0)
         if not whole.optimal:
             bound = cut_bound_if_needed(graph, peak, bound, deadline, share=1.0,
-                                        candidates=_peak_candidates(graph, order))
+                                        candidates=peak_candidates(graph, order))
         stats["gap"] = round(peak / bound - 1, 6) if bound else 0.0
         return make_result(graph, order, "ilp", start_t, proven=whole.optimal or peak <= bound, stats=stats,
                            lower=bound)
@@ -433,7 +434,7 @@ def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None
         if progress:
             progress(f"ilp: part {k} ({b - a} ops) peak {res.peak} ({res.status})")
     peak = peak_of_ids(graph, order)
-    lb = cut_bound_if_needed(graph, peak, lb, deadline, share=1.0, candidates=_peak_candidates(graph, order))
+    lb = cut_bound_if_needed(graph, peak, lb, deadline, share=1.0, candidates=peak_candidates(graph, order))
     stats.update(parts=len(part_peaks), parts_solved=solved, variables_before_pruning=var_before,
                  variables_after_pruning=var_after, gap=round(peak / lb - 1, 6) if lb else 0.0)
     return make_result(graph, order, "ilp", start_t, stats=stats, lower=lb)

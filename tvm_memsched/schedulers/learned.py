@@ -51,8 +51,6 @@ True
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import time
@@ -66,6 +64,7 @@ from ..core.graph import Graph
 from ..core.simulate import peak_of_ids
 from .base import Deadline, ScheduleResult, graph_lower_bound, make_result
 from .registry import register
+from .weights import params_digest, read_weights_npz, write_weights_npz
 
 __all__ = ["GraphData", "DecodeState", "LearnedModel", "load_model", "default_weights_path",
            "learned_order", "schedule_learned", "auto_phase", "params_digest", "param_shapes",
@@ -596,57 +595,22 @@ def default_weights_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "learned.npz")
 
 
-def params_digest(params: dict) -> str:
-    """SHA-256 over the parameter names, shapes and float32 values (sorted by name)."""
-    h = hashlib.sha256()
-    for name in sorted(params):
-        a = np.ascontiguousarray(np.asarray(params[name], dtype=np.float32))
-        h.update(name.encode())
-        h.update(repr(a.shape).encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
 _MODEL_CACHE: dict[str, LearnedModel] = {}
 
 
 def load_model(path: str | None = None) -> LearnedModel:
-    """Load (and cache) the weights; checks the feature version and the parameter hash."""
+    """Load (and cache) the weights; checks the format, feature version, shapes and parameter hash."""
     path = os.path.abspath(path or default_weights_path())
     model = _MODEL_CACHE.get(path)
     if model is not None:
         return model
-    if not os.path.exists(path):
-        raise MemschedError(f"learned scheduler weights not found at {path}; "
-                            "train them with scripts/train_learned.py")
-    with np.load(path, allow_pickle=False) as z:
-        meta = json.loads(str(z["meta_json"]))
-        params = {k[2:]: z[k] for k in z.files if k.startswith("p:")}
-    if meta.get("feature_version") != FEATURE_VERSION:
-        raise MemschedError(f"{path}: weights were trained with feature version {meta.get('feature_version')}, "
-                            f"this code computes version {FEATURE_VERSION}; retrain")
-    digest = params_digest(params)
-    if digest != meta.get("params_sha256"):
-        raise MemschedError(f"{path}: parameter hash mismatch (file corrupted?)")
+    params, meta = read_weights_npz(path, format="tvm_memsched.learned/1", feature_version=FEATURE_VERSION,
+                                    what="learned scheduler", train="train them with scripts/train_learned.py",
+                                    param_shapes=param_shapes)
     model = LearnedModel(params, meta["config"])
     model.meta = meta
     _MODEL_CACHE[path] = model
     return model
-
-
-def write_weights_npz(path: str, params: dict, meta: dict) -> dict:
-    """Write ``params`` as float32 and ``meta`` (plus the parameter hash and count) as a compressed npz.
-
-    Shared by every learned model of the package; returns the metadata written.
-    """
-    params32 = {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
-    meta = dict(meta, params_sha256=params_digest(params32),
-                num_params=int(sum(a.size for a in params32.values())))
-    arrays = {f"p:{k}": v for k, v in params32.items()}
-    arrays["meta_json"] = np.array(json.dumps(meta, sort_keys=True))
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    np.savez_compressed(path, **arrays)
-    return meta
 
 
 def save_weights(path: str, params: dict, config: dict, extra_meta: dict | None = None) -> dict:

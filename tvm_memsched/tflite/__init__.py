@@ -8,9 +8,8 @@ Modules (one job each; all import lazily, so importing this package is cheap):
 * :mod:`.offline_plan` - our arena plan as TFLite Micro ``OfflineMemoryAllocation`` metadata;
 * :mod:`.verify` - LiteRT bit-identical comparison (file order), TFLM arena measurement;
 * :mod:`.optimize` - the end-to-end ``tvm-memsched tflite`` pipeline;
-* :mod:`.coral` - Edge TPU pipeline cost model, exact segmentation, segment writer;
-* :mod:`.coral_learned` - the learned (RESPECT-style) segmenter, numpy inference;
-* :mod:`.cli` - the ``tflite`` and ``coral`` sub-commands.
+* :mod:`.coral` - Edge TPU pipelines: cost model, exact and learned (RESPECT-style) segmentation, segment writer;
+* :mod:`.coral_learned` - the former name of :mod:`.coral.learned`.
 
 Example
 -------
@@ -22,12 +21,12 @@ True
 
 import importlib
 
-__all__ = ["builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "coral_learned", "cli",
+__all__ = ["builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "coral_learned",
            "read_tflite", "optimize_tflite", "segment", "segment_learned"]
 
-_MODULES = {"builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "coral_learned", "cli"}
+_MODULES = {"builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "coral_learned"}
 _FUNCTIONS = {"read_tflite": "reader", "optimize_tflite": "optimize", "segment": "coral",
-              "segment_learned": "coral_learned"}
+              "segment_learned": "coral"}
 
 
 def __getattr__(name):

@@ -61,7 +61,7 @@ import numpy as np
 from ..core.errors import GraphError, InputFileError, UnsupportedError
 from ..core.graph import Graph, Op
 
-__all__ = ["TFLiteGraph", "read_tflite", "load_model", "read_bytes", "tensor_nbytes", "is_constant",
+__all__ = ["TFLiteGraph", "read_tflite", "load_model", "read_bytes", "tensor_nbytes", "is_constant", "type_name",
            "ITEMSIZE", "CONTROL_FLOW_OPS"]
 
 #: bytes per element of each TensorType name (None: no fixed size, unsupported as an activation).
@@ -135,7 +135,7 @@ class TFLiteGraph:
         sg = self.model.subgraphs[0]
         if not len(sg.inputs):
             return "none"
-        return _type_name(sg.tensors[int(sg.inputs[0])].type).lower()
+        return type_name(sg.tensors[int(sg.inputs[0])].type).lower()
 
 
 # ------------------------------------------------------------------ loading
@@ -184,7 +184,8 @@ def load_model(buf: bytes, what: str = "model"):
     return model
 
 
-def _type_name(code) -> str:
+def type_name(code) -> str:
+    """The ``TensorType`` name of a type code (``"INT8"``, ``"FLOAT32"``, ...; ``"TYPE_<n>"`` if unknown)."""
     from .builder import tfl
 
     names = {v: k for k, v in vars(tfl.TensorType).items() if not k.startswith("_")}
@@ -208,7 +209,7 @@ def _check_structure(model, what: str) -> None:
         for ti, t in enumerate(tensors):
             if not 0 <= int(t.buffer) < max(n_buf, 1):
                 bad(f"subgraph {si} tensor {ti} refers to buffer {t.buffer} of {n_buf}")
-            if int(t.type) < 0 or _type_name(t.type).startswith("TYPE_"):
+            if int(t.type) < 0 or type_name(t.type).startswith("TYPE_"):
                 bad(f"subgraph {si} tensor {ti} has unknown type {t.type}")
             shape = [] if t.shape is None else [int(s) for s in t.shape]
             if any(s < 0 for s in shape):
@@ -241,7 +242,7 @@ def is_constant(model, tensor) -> bool:
 
 def tensor_nbytes(tensor) -> int | None:
     """Bytes of a tensor from its shape and type (None for strings, resources, variants)."""
-    item = ITEMSIZE.get(_type_name(tensor.type))
+    item = ITEMSIZE.get(type_name(tensor.type))
     if item is None:
         return None
     shape = [] if tensor.shape is None else [int(s) for s in tensor.shape]
@@ -382,7 +383,7 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
         if t.isVariable:
             raise UnsupportedError(f"{label}: variable tensor '{tn}' (state kept across invocations) is not "
                                    "supported")
-        typ = _type_name(t.type)
+        typ = type_name(t.type)
         if ITEMSIZE.get(typ) is None:
             raise UnsupportedError(f"{label}: tensor '{tn}' has type {typ}; only numeric tensors are supported")
         sig = [] if t.shapeSignature is None else [int(s) for s in t.shapeSignature]

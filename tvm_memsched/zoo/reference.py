@@ -23,8 +23,6 @@ from typing import Mapping
 
 import numpy as np
 
-from .netdef import Layer, Net
-
 __all__ = ["forward", "run_layer", "apply_act", "conv2d", "depthwise_conv2d", "pool2d"]
 
 
@@ -111,8 +109,8 @@ def apply_act(y: np.ndarray, act) -> np.ndarray:
     return y
 
 
-def run_layer(layer: Layer, inputs: list, weights: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Output of one (non-input) layer given its input arrays and the net's weights."""
+def run_layer(layer, inputs: list, weights: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Output of one (non-input) :class:`~.netdef.Layer` given its input arrays and the net's weights."""
     a, op = layer.attrs, layer.op
     w = weights.get(f"{layer.name}.weight")
     b = weights.get(f"{layer.name}.bias")
@@ -151,8 +149,8 @@ def run_layer(layer: Layer, inputs: list, weights: Mapping[str, np.ndarray]) -> 
     raise ValueError(f"no reference for op '{op}'")
 
 
-def forward(net: Net, x: np.ndarray, weights: Mapping[str, np.ndarray], *, keep_all: bool = False):
-    """Run ``net`` on the NCHW input ``x`` (computing in ``x``'s dtype).
+def forward(net, x: np.ndarray, weights: Mapping[str, np.ndarray], *, keep_all: bool = False):
+    """Run ``net`` (a :class:`~.netdef.Net`) on the NCHW input ``x`` (computing in ``x``'s dtype).
 
     Returns the output array, or with ``keep_all=True`` a dict of every layer's
     output (the input included). Intermediate results are freed after their last

@@ -37,11 +37,11 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-from .netdef import PARAM_OPS, Layer, Net
 from .reference import apply_act, run_layer
 
 __all__ = ["make_weights", "calibration_input", "calibration_batch"]
@@ -52,14 +52,14 @@ MAX_BATCH = 16
 _EPS = 1e-3
 
 
-def calibration_batch(net: Net) -> int:
+def calibration_batch(net) -> int:
     """Images in the calibration batch: >= 64 samples per channel at the smallest BN layer (at most 16 images)."""
     spatial = [math.prod(l.shape[2:]) for l in net.layers
                if l.op in ("conv2d", "depthwise_conv2d") and l.attrs.get("bias")]
     return max(1, min(MAX_BATCH, -(-MIN_SAMPLES // min(spatial, default=MIN_SAMPLES))))
 
 
-def calibration_input(net: Net, seed: int = 0) -> np.ndarray:
+def calibration_input(net, seed: int = 0) -> np.ndarray:
     """The float64 N(0, 1) images (NCHW, :func:`calibration_batch` of them) the batch-norm statistics use."""
     shape = (calibration_batch(net),) + tuple(net.input_shape[1:])
     return np.random.default_rng([seed, 0x5EED]).standard_normal(shape)
@@ -78,8 +78,9 @@ def _fold(z: np.ndarray, per_channel: bool, beta: np.ndarray):
     return scale, beta - mu * scale
 
 
-def make_weights(net: Net, seed: int = 0) -> dict[str, np.ndarray]:
-    """Float32 weights for every parameter of ``net``: ``{"<layer>.weight": ..., "<layer>.bias": ...}``.
+def make_weights(net, seed: int = 0) -> dict[str, np.ndarray]:
+    """Float32 weights for every parameter of ``net`` (a :class:`~.netdef.Net`):
+    ``{"<layer>.weight": ..., "<layer>.bias": ...}``.
 
     Convolution weights are OIHW, depthwise weights ``(C, 1, kh, kw)``, dense
     weights ``(units, in_features)``. See the module docstring for the recipe.
@@ -92,8 +93,8 @@ def make_weights(net: Net, seed: int = 0) -> dict[str, np.ndarray]:
         if layer.op == "input":
             continue
         ins = [acts[i] for i in layer.inputs]
-        if layer.op in PARAM_OPS:
-            shapes = net.param_shapes(layer)
+        shapes = net.param_shapes(layer)   # empty for layers without weights
+        if shapes:
             fan_in = math.prod(shapes["weight"][1:])
             gain = 1.0 if layer.op == "dense" else 2.0            # LeCun for classifiers, He otherwise
             w = rng.standard_normal(shapes["weight"]) * math.sqrt(gain / fan_in)
@@ -121,7 +122,6 @@ def make_weights(net: Net, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def _without_act(layer: Layer) -> Layer:
+def _without_act(layer):
     """The same layer without bias and fused activation (its raw pre-BN output)."""
-    attrs = dict(layer.attrs, act=None, bias=False)
-    return Layer(layer.name, layer.op, layer.inputs, attrs, layer.shape)
+    return dataclasses.replace(layer, attrs=dict(layer.attrs, act=None, bias=False))

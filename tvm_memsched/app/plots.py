@@ -26,7 +26,7 @@ def _plt():
     try:
         import matplotlib
     except ImportError:
-        from .core.errors import UnsupportedError
+        from ..core.errors import UnsupportedError
 
         raise UnsupportedError("plots need matplotlib (pip install 'tvm_memsched[plot]')") from None
     matplotlib.use("Agg")

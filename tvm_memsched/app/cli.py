@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from .core.errors import InputFileError, MemschedError
+from ..core.errors import InputFileError, MemschedError
 
 __all__ = ["main"]
 
@@ -19,10 +19,10 @@ __all__ = ["main"]
 def _load_graph_arg(spec: str):
     """A graph from a graph JSON file, or ``zoo:NAME`` (a benchmark network's graph)."""
     if spec.startswith("zoo:"):
-        from . import zoo
+        from .. import zoo
 
         return zoo.graph(spec[4:])
-    from .core.io import load_graph
+    from ..core.io import load_graph
 
     return load_graph(spec)
 
@@ -51,15 +51,15 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def _progress(args):
-    from .core.progress import ProgressLog
+    from .progress import ProgressLog
 
     return None if getattr(args, "quiet", False) else ProgressLog(prefix="  ")
 
 
 # ---------------------------------------------------------------- commands
 def cmd_simulate(args) -> int:
-    from .core.io import load_order
-    from .core.simulate import simulate
+    from ..core.io import load_order
+    from ..core.simulate import simulate
 
     graph = _load_graph_arg(args.graph)
     order = load_order(args.order)
@@ -75,7 +75,7 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_schedule(args) -> int:
-    from .schedulers import schedule
+    from ..schedulers import schedule
 
     graph = _load_graph_arg(args.graph)
     result = schedule(graph, method=args.method, time_limit=args.time_limit, progress=_progress(args))
@@ -92,8 +92,8 @@ def cmd_schedule(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .core.bounds import lower_bound_details
-    from .schedulers import schedule
+    from ..core.bounds import lower_bound_details
+    from ..schedulers import schedule
 
     graph = _load_graph_arg(args.graph)
     lb = lower_bound_details(graph)
@@ -118,8 +118,8 @@ def cmd_info(args) -> int:
 
 def cmd_compare(args) -> int:
     """TVM's default pipeline vs ours on one model."""
-    from .relax.compare import compare
-    from .relax.frontend import load_relax_model
+    from ..relax.compare import compare
+    from ..relax.frontend import load_relax_model
 
     mod, name = load_relax_model(args.model)
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
@@ -154,8 +154,8 @@ def cmd_bench(args) -> int:
 
 def cmd_demo(args) -> int:
     """Schedule the built-in example graph with every method and print the table."""
-    from .core.generators import example_graph
-    from .schedulers import available_methods, schedule
+    from ..core.generators import example_graph
+    from ..schedulers import available_methods, schedule
 
     graph = example_graph()
     methods = args.methods or available_methods()
@@ -174,7 +174,7 @@ def cmd_demo(args) -> int:
 
 # -------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    from .schedulers import available_methods
+    from ..schedulers import available_methods
 
     p = argparse.ArgumentParser(prog="tvm-memsched",
                                 description="Memory-aware operator scheduling and arena planning.")
@@ -213,10 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=cmd_compare)
 
-    from .micro.cli import add_parser as add_micro_parser
+    from .micro_cli import add_parser as add_micro_parser
     add_micro_parser(sub)
 
-    from .tflite.cli import add_parsers as add_tflite_parsers
+    from .tflite_cli import add_parsers as add_tflite_parsers
     add_tflite_parsers(sub)
 
     s = sub.add_parser("bench", help="benchmark report on zoo models (TVM default vs ours, all schedulers)")

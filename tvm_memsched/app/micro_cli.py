@@ -63,7 +63,7 @@ def add_parser(subparsers):
 def run(args) -> int:
     """Execute ``tvm-memsched micro`` (see the module docstring); returns the exit code."""
     from ..core.errors import InputFileError, MemschedError
-    from .boards import boards_table, get_board
+    from ..micro.boards import boards_table, get_board
 
     if args.list_boards:
         print(boards_table())
@@ -76,11 +76,11 @@ def run(args) -> int:
         raise MemschedError(f"--time-limit must be positive, got {args.time_limit}")
 
     from ..relax.frontend import load_relax_model
-    from .builder import DoesNotFitError, _does_not_fit_message, export
+    from ..micro.builder import DoesNotFitError, _does_not_fit_message, export
 
     progress = None
     if not args.quiet:
-        from ..core.progress import ProgressLog
+        from .progress import ProgressLog
 
         progress = ProgressLog(prefix="  ")
     mod, model_name = load_relax_model(args.model)
@@ -103,7 +103,7 @@ def run(args) -> int:
         if not exp.fits and not args.no_check_fit:
             raise DoesNotFitError(_does_not_fit_message(exp), exp)
         if args.run:
-            from .run import default_inputs, reference_outputs, run_host, run_qemu
+            from ..micro.run import default_inputs, reference_outputs, run_host, run_qemu
 
             inputs = default_inputs(exp, args.seed)
             reference = reference_outputs(original, inputs) if original is not mod else None

@@ -23,9 +23,9 @@ __all__ = ["add_parsers", "run_tflite", "run_coral", "load_source"]
 
 
 def load_source(spec: str):
-    """The :class:`~.reader.TFLiteGraph` of a ``.tflite`` path or ``zoo:NAME[:int8|:float32]``."""
+    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` path or ``zoo:NAME[:int8|:float32]``."""
     from ..core.errors import InputFileError
-    from .reader import read_tflite
+    from ..tflite.reader import read_tflite
 
     if spec.startswith("zoo:"):
         from .. import zoo
@@ -42,7 +42,7 @@ def load_source(spec: str):
 def _progress(args):
     if getattr(args, "quiet", False):
         return None
-    from ..core.progress import ProgressLog
+    from .progress import ProgressLog
 
     return ProgressLog(prefix="  ")
 
@@ -119,7 +119,7 @@ def add_parsers(subparsers) -> None:
 
 def run_tflite(args) -> int:
     """Execute ``tvm-memsched tflite``; returns the exit code."""
-    from .optimize import optimize_tflite
+    from ..tflite.optimize import optimize_tflite
 
     tg = load_source(args.model)
     name = tg.graph.name
@@ -150,7 +150,7 @@ def run_tflite(args) -> int:
 def run_coral(args) -> int:
     """Execute ``tvm-memsched coral``; returns the exit code."""
     from ..core.errors import MemschedError
-    from .coral import DEFAULT_COST_MODEL, EdgeTpuCostModel, coral_export
+    from ..tflite.coral import DEFAULT_COST_MODEL, EdgeTpuCostModel, coral_export
 
     if args.stages < 1:
         raise MemschedError(f"--stages must be at least 1, got {args.stages}")

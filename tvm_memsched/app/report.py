@@ -31,7 +31,7 @@ import platform
 import statistics
 import time
 
-from .core.progress import Progress
+from .progress import Progress
 
 __all__ = ["run_report", "write_report", "QUICK_MODELS", "FULL_MODELS", "REPORT_METHODS", "published_rows"]
 
@@ -47,7 +47,7 @@ SCHEDULE_ONLY = {"nasnet_a_imagenet", "amoebanet_a_imagenet", "darts_v2_imagenet
 
 def published_rows(model: str) -> list[dict]:
     """Published figures for ``model`` (source, network, reduction vs RPO/TFLite)."""
-    path = os.path.join(os.path.dirname(__file__), "zoo", "data", "published.json")
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "zoo", "data", "published.json")
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     out = []
@@ -62,8 +62,8 @@ def published_rows(model: str) -> list[dict]:
 
 
 def _schedule_row(graph, methods, time_limit, repeats, bar) -> dict:
-    from .core.simulate import simulate
-    from .schedulers import available_methods, schedule
+    from ..core.simulate import simulate
+    from ..schedulers import available_methods, schedule
 
     peaks, optimal, seconds, orders, lower = {}, {}, {}, {}, 0
     for m in methods:
@@ -96,7 +96,7 @@ def run_report(models=None, *, quick: bool = False, methods=None, time_limit: fl
                repeats: int | None = None, tvm: bool = True, tvm_all: bool = False, progress: bool = True,
                target="llvm") -> dict:
     """Measure ``models`` (zoo names; ``"default"`` is the zoo's default model)."""
-    from . import zoo
+    from .. import zoo
 
     if models is None:
         models = QUICK_MODELS if quick else FULL_MODELS
@@ -123,7 +123,7 @@ def run_report(models=None, *, quick: bool = False, methods=None, time_limit: fl
             row["tvm"] = None
             if tvm and (tvm_all or name not in SCHEDULE_ONLY):
                 bar.log(f"{name}: TVM default vs tvm_memsched build")
-                from .relax.compare import compare
+                from ..relax.compare import compare
 
                 c = compare(zoo.load(name), target, method="auto", time_limit=time_limit, name=name)
                 row["tvm"] = c.to_dict(details=True)
