@@ -80,10 +80,11 @@ def cmd_info(args) -> int:
 
 def cmd_compare(args) -> int:
     """TVM's default pipeline vs ours on one model."""
-    from ..relax.compare import compare
     from .models import load_relax_spec
 
-    mod, name = load_relax_spec(args.model)
+    mod, name = load_relax_spec(args.model)   # bad specs and files fail here, before TVM is imported
+    from ..relax.compare import compare
+
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
                 progress=progress_for(args), run=not args.no_run,
                 rewrite={"policy": args.rewrite} if args.rewrite else False)

@@ -46,5 +46,5 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def write_json(path: str, obj) -> None:
-    """Write ``obj`` as indented JSON (values JSON does not know as strings); a one-line InputFileError if that fails."""
+    """Write ``obj`` as indented JSON (unknown values as strings); a one-line InputFileError if that fails."""
     write_bytes(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())

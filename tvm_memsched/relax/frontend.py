@@ -25,6 +25,8 @@ def from_tflite_file(path: str):
 
 def from_tflite_bytes(buf: bytes, what: str = "model"):
     """Import a .tflite flatbuffer into Relax, with clear errors for corrupt files."""
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
     try:
         import tflite
     except ImportError:
@@ -32,8 +34,6 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
                                "(pip install 'tvm_memsched[tvm]')") from None
     from tvm.relax.frontend.tflite import from_tflite
 
-    if len(buf) < 8 or buf[4:8] != b"TFL3":
-        raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
     try:
         model = tflite.Model.GetRootAsModel(buf, 0)
         if model.SubgraphsLength() < 1:
