@@ -193,6 +193,7 @@ def test_dp_and_auto_optimal_on_20_op_graphs(seed):
     assert schedule(g, "hmcos").peak_bytes <= schedule(g, "rpo").peak_bytes
 
 
+@pytest.mark.slow
 def test_deterministic_budgets_give_identical_orders():
     from tvm_memsched.schedulers.base import Deadline
 
