@@ -1,9 +1,12 @@
-"""Former location of :mod:`tvm_memsched.app.cli` (the ``tvm-memsched`` command); kept as an alias."""
+"""Former location of :mod:`tvm_memsched.app.cli` (the ``tvm-memsched`` command): its public names under the old
+path; ``python -m tvm_memsched.cli`` runs the command."""
 
 import sys
 
-from .app.cli import *  # noqa: F401,F403
-from .app.cli import __all__, main  # noqa: F401
+from .app import cli as _new
+
+globals().update({k: v for k, v in vars(_new).items() if not k.startswith("_")})
+__all__ = _new.__all__
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_new.main())

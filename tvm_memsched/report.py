@@ -1,4 +1,6 @@
-"""Former location of :mod:`tvm_memsched.app.report` (the benchmark report); kept as an alias."""
+"""Former location of :mod:`tvm_memsched.app.report` (the benchmark report): its public names under the old path."""
 
-from .app.report import *  # noqa: F401,F403
-from .app.report import __all__  # noqa: F401
+from .app import report as _new
+
+globals().update({k: v for k, v in vars(_new).items() if not k.startswith("_")})
+__all__ = _new.__all__
