@@ -1,4 +1,6 @@
-"""The ``tvm-memsched`` command.
+"""The ``tvm-memsched`` command: :func:`main`, the graph commands (``simulate``, ``schedule``, ``info``),
+``compare``, ``bench`` and ``demo``; ``micro`` is in :mod:`.micro_cli`, ``tflite`` and ``coral`` in
+:mod:`.tflite_cli`, and every model spec is resolved by :mod:`.models`.
 
 Every error caused by bad input is printed as one line and exits with code 2.
 """
