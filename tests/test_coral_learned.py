@@ -169,6 +169,7 @@ def test_shipped_weights_load_and_record_their_training():
     assert os.path.getsize(CL.default_segmenter_path()) < 1_000_000
 
 
+@pytest.mark.slow
 def test_shipped_model_is_near_optimal_on_held_out_graphs():
     """Held-out coral_dag graphs (seeds far from training), against CP-SAT's exact free-order segmentation."""
     gaps, dps = [], []
@@ -215,6 +216,7 @@ def test_bad_input_and_bad_weights(tmp_path):
         CL.load_segmenter(str(path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_exact_segmentation_starts_from_the_learned_one(seed):
     """CP-SAT (stopped early here) is never worse than the learned segmenter or the DP, and says where it
@@ -244,6 +246,7 @@ def test_learned_segments_chain_bit_identical(tmp_path):
         coral_export(tg, 3, str(tmp_path / "x"), segmenter="magic")
 
 
+@pytest.mark.slow
 def test_cli_coral_learned(tmp_path, capsys):
     rc = main(["coral", "zoo:hrnet_w18_small_v1:int8", "-k", "4", "-o", str(tmp_path / "h"), "--segmenter",
                "learned", "--no-verify", "-q"])

@@ -204,6 +204,7 @@ def test_workspace_overflow_fails_cleanly(irregular, tmp_path):
 
 
 # ------------------------------------------------------------------ QEMU runs
+@pytest.mark.slow
 def test_qemu_cortex_m4f_irregular(irregular):
     exp = irregular
     assert exp.measured and exp.flash_bytes > exp.params_bytes and exp.stack_bytes > 0
@@ -215,6 +216,7 @@ def test_qemu_cortex_m4f_irregular(irregular):
     assert r.workspace_high_water <= exp.workspace_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("board", ["mps2-an385", "mps2-an500"])
 def test_qemu_cortex_m3_and_m7(board, tmp_path):
     exp = micro.export(random_module(seed=4, n_ops=8), board, str(tmp_path))
@@ -223,6 +225,7 @@ def test_qemu_cortex_m3_and_m7(board, tmp_path):
     assert r.instructions > 0
 
 
+@pytest.mark.slow
 def test_zoo_network_default_does_not_fit_ours_runs(tmp_path):
     """DARTS V2 (CIFAR, tiny) on an STM32L4R5 (640 KB): TVM's plan needs too much RAM, ours fits and runs."""
     from tvm_memsched import zoo
@@ -309,6 +312,7 @@ def test_board_without_qemu(tmp_path):
 
 
 # ----------------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_cli_micro(tmp_path, capsys):
     assert cli_main(["micro", "--list-boards"]) == 0
     assert "nucleo_f746zg" in capsys.readouterr().out
@@ -329,6 +333,7 @@ def test_cli_micro(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ tutorial
+@pytest.mark.slow
 def test_micro_tutorial(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tutorials", "micro_walkthrough.py"), str(tmp_path)],

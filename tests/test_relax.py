@@ -220,6 +220,7 @@ def test_compare_reports_fields_and_beats_default_on_branches():
     assert c.memsched_planned_bytes >= c.memsched_plannable_peak_bytes
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(st.integers(0, 10_000), st.integers(6, 22), st.booleans())
 def test_random_relax_dags_same_numbers_as_default(seed, n_ops, multi):
@@ -251,6 +252,7 @@ def test_arena_plan_memory_pass_standalone():
     assert relax.analysis.check_well_formed(planned)
 
 
+@pytest.mark.slow
 def test_torch_import_end_to_end():
     import torch
     from tvm.relax.frontend.torch import from_exported_program

@@ -3,9 +3,12 @@
 import json
 import os
 
+import pytest
+
 from tvm_memsched.app.report import markdown, published_rows, run_report, write_report
 
 
+@pytest.mark.slow
 def test_quick_report_runs_and_writes_files(tmp_path):
     rep = run_report(quick=True, progress=False)
     assert [r["model"] for r in rep["models"]] == ["swiftnet_like", "resnet"]

@@ -192,7 +192,7 @@ def test_registry_lists_every_rule_with_its_identity():
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("as_params", [False, True], ids=["const", "params"])
+@pytest.mark.parametrize("as_params", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["const", "params"])
 def test_every_rule_is_exact(layout, as_params):
     mod, inputs = kitchen_sink(layout, as_params)
     new, report = identity_rewrite(mod, rules=list(RULES), policy="always")  # each concat on its own: no merging
@@ -270,6 +270,7 @@ class TorchNet(torch.nn.Module):
         return y1, y2, y3, y4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep_params", [False, True], ids=["const", "params"])
 def test_torch_imported_graph(keep_params):
     from tvm.relax.frontend.torch import from_exported_program
@@ -322,6 +323,7 @@ def test_tflite_imported_graph_nhwc():
     check_numerics(mod, new, [x])
 
 
+@pytest.mark.slow
 def test_zoo_tflite_swiftnet_like():
     """The SwiftNet-like zoo network through the TFLite frontend (concat -> depthwise -> bias -> pointwise)."""
     from tvm_memsched import zoo
@@ -335,6 +337,7 @@ def test_zoo_tflite_swiftnet_like():
     check_numerics(mod, new_all, [x])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("as_params", [False, True], ids=["const", "params"])
 def test_nchw_zoo_builder_graph(as_params):
     net = small_net()
@@ -490,6 +493,7 @@ def test_if_better_applies_only_what_lowers_the_peak():
     check_numerics(mod, new)
 
 
+@pytest.mark.slow
 def test_if_better_on_every_rule():
     """Plans are cut at the best depth; an accepted plan never raises the peak."""
     mod, inputs = kitchen_sink("NCHW")
@@ -530,6 +534,7 @@ def test_identical_cells_are_all_rewritten():
 # the pass, in pipelines
 # ----------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_pass_in_sequential_before_memory_aware_reorder():
     net = small_net()
     mod = net_to_relax(net, params_as_inputs=True)
@@ -544,6 +549,7 @@ def test_pass_in_sequential_before_memory_aware_reorder():
     check_numerics(mod, new, inputs)
 
 
+@pytest.mark.slow
 def test_compare_after_rewriting():
     """compare(rewrite=...) rewrites our side before legalization; numerics are checked against TVM's default
     build of the original module; the result equals rewriting the module by hand first."""
@@ -558,6 +564,7 @@ def test_compare_after_rewriting():
     assert not base.rewrites and c.memsched_planned_bytes < base.memsched_planned_bytes
 
 
+@pytest.mark.slow
 def test_cli_compare_rewrite(tmp_path):
     """tvm-memsched compare --rewrite always: rewrites reported, numerics checked against TVM's default build."""
     import os
@@ -577,6 +584,7 @@ def test_cli_compare_rewrite(tmp_path):
     assert {"conv_channel_partition", "grouped_conv_partition"} <= {r["rule"] for r in d["rewrites"]}
 
 
+@pytest.mark.slow
 def test_cli_micro_rewrite_runs_and_matches_original(tmp_path, capsys):
     """tvm-memsched micro --rewrite: the rewritten model's C build gives the original model's outputs."""
     from tvm_memsched.app.cli import main as cli_main
@@ -591,6 +599,7 @@ def test_cli_micro_rewrite_runs_and_matches_original(tmp_path, capsys):
     assert "host: 1 output(s)" in out and "(ok)" in out
 
 
+@pytest.mark.slow
 def test_pipeline_with_rewrite_first():
     """pipeline(rewrite=...) runs IdentityRewrite on the imported operators, before legalization."""
     from tvm_memsched.relax.pipeline import build, pipeline

@@ -22,8 +22,8 @@ def check_result(g, r):
     assert r.peak_bytes == sim.peak
     assert r.peak_bytes >= r.lower_bound_bytes
     assert len(r.order) == g.num_ops
-    if r.optimal:
-        assert r.peak_bytes == brute_force_optimum(g) if g.num_ops <= 12 else True
+    if r.optimal and g.num_ops <= 12:
+        assert r.peak_bytes == brute_force_optimum(g)
 
 
 @given(dags(max_ops=10))
@@ -193,6 +193,7 @@ def test_dp_and_auto_optimal_on_20_op_graphs(seed):
     assert schedule(g, "hmcos").peak_bytes <= schedule(g, "rpo").peak_bytes
 
 
+@pytest.mark.slow
 def test_deterministic_budgets_give_identical_orders():
     from tvm_memsched.schedulers.base import Deadline
 

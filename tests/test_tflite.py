@@ -147,9 +147,10 @@ def test_reader_unique_names_and_quantized_sizes():
 
 # ------------------------------------------------------------ reorder + plan
 @pytest.mark.parametrize("name,dtype", [("swiftnet_like", "float32"), ("swiftnet_like", "int8"),
-                                        ("nasnet_a_cifar_tiny", "int8"), ("darts_v2_cifar_tiny", "float32"),
-                                        ("amoebanet_a_cifar_tiny", "int8"), ("resnet", "int8"),
-                                        ("randwire_tiny", "float32")])
+                                        pytest.param("nasnet_a_cifar_tiny", "int8", marks=pytest.mark.slow),
+                                        ("darts_v2_cifar_tiny", "float32"),
+                                        pytest.param("amoebanet_a_cifar_tiny", "int8", marks=pytest.mark.slow),
+                                        ("resnet", "int8"), ("randwire_tiny", "float32")])
 def test_reorder_and_offline_plan_litert_and_tflm(name, dtype):
     buf = zoo_buf(name, dtype)
     r = optimize_tflite(buf, offline_plan=True, measure=True, verify=True, time_limit=2)

@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytestmark = pytest.mark.slow   # each tutorial compiles and runs models end to end
 
 
 def run_tutorial(name, *args):

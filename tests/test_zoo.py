@@ -284,7 +284,7 @@ def test_weights_deterministic_and_shaped():
     assert w1["head/fc.weight"].shape == (10, 4 * 32)
 
 
-@pytest.mark.parametrize("name", SMALL + ["amoebanet_a_cifar"])
+@pytest.mark.parametrize("name", SMALL + [pytest.param("amoebanet_a_cifar", marks=pytest.mark.slow)])
 def test_activations_stay_sane(name):
     """Batch-norm folding keeps every activation finite and of a few units, even through 20 cells."""
     net = zoo.get_net(name)
@@ -390,6 +390,7 @@ def test_int8_quantization_is_consistent():
 
 
 # ------------------------------------------------------------------- Relax
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SMALL)
 def test_relax_matches_litert(name):
     import tvm
@@ -408,6 +409,7 @@ def test_relax_matches_litert(name):
     np.testing.assert_allclose(y, y_lite, rtol=1e-3, atol=1e-4 * max(1.0, np.abs(y_lite).max()))
 
 
+@pytest.mark.slow
 def test_relax_params_as_inputs():
     import tvm
     from tvm import relax

@@ -1,4 +1,6 @@
-"""The ``tvm-memsched`` command.
+"""The ``tvm-memsched`` command: :func:`main`, the graph commands (``simulate``, ``schedule``, ``info``),
+``compare``, ``bench`` and ``demo``; ``micro`` is in :mod:`.micro_cli`, ``tflite`` and ``coral`` in
+:mod:`.tflite_cli`, and every model spec is resolved by :mod:`.models`.
 
 Every error caused by bad input is printed as one line and exits with code 2.
 """
@@ -10,50 +12,12 @@ import json
 import os
 import sys
 
-from ..core.errors import InputFileError, MemschedError
+from ..core.errors import MemschedError
+from .models import load_graph_spec
+from .output import fmt_bytes, table, write_json
+from .progress import progress_for
 
 __all__ = ["main"]
-
-
-# ------------------------------------------------------------------ helpers
-def _load_graph_arg(spec: str):
-    """A graph from a graph JSON file, or ``zoo:NAME`` (a benchmark network's graph)."""
-    if spec.startswith("zoo:"):
-        from .. import zoo
-
-        return zoo.graph(spec[4:])
-    from ..core.io import load_graph
-
-    return load_graph(spec)
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:.2f} {unit}"
-    return f"{n} B"
-
-
-def _write_json(path: str, obj) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
-    except OSError as e:
-        raise InputFileError(f"cannot write {path}: {e.strerror or e}") from None
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                              for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-def _progress(args):
-    from .progress import ProgressLog
-
-    return None if getattr(args, "quiet", False) else ProgressLog(prefix="  ")
 
 
 # ---------------------------------------------------------------- commands
@@ -61,7 +25,7 @@ def cmd_simulate(args) -> int:
     from ..core.io import load_order
     from ..core.simulate import simulate
 
-    graph = _load_graph_arg(args.graph)
+    graph = load_graph_spec(args.graph)
     order = load_order(args.order)
     result = simulate(graph, order)
     if args.json:
@@ -69,7 +33,7 @@ def cmd_simulate(args) -> int:
                          {"peak_bytes": result.peak, "peak_step": result.peak_step,
                           "peak_op": result.peak_op, "live_at_peak": list(result.live_at_peak)}))
     else:
-        print(f"peak: {result.peak} bytes ({_fmt_bytes(result.peak)}) at step {result.peak_step} "
+        print(f"peak: {result.peak} bytes ({fmt_bytes(result.peak)}) at step {result.peak_step} "
               f"(op {result.peak_op}); {len(result.live_at_peak)} tensors live")
     return 0
 
@@ -77,14 +41,14 @@ def cmd_simulate(args) -> int:
 def cmd_schedule(args) -> int:
     from ..schedulers import schedule
 
-    graph = _load_graph_arg(args.graph)
-    result = schedule(graph, method=args.method, time_limit=args.time_limit, progress=_progress(args))
+    graph = load_graph_spec(args.graph)
+    result = schedule(graph, method=args.method, time_limit=args.time_limit, progress=progress_for(args))
     out = result.to_dict()
     if args.output:
-        _write_json(args.output, out)
+        write_json(args.output, out)
     if args.output is None or not args.quiet:
         proven = "proven optimal" if result.optimal else "not proven optimal"
-        print(f"{args.method}: peak {result.peak_bytes} bytes ({_fmt_bytes(result.peak_bytes)}), "
+        print(f"{args.method}: peak {result.peak_bytes} bytes ({fmt_bytes(result.peak_bytes)}), "
               f"lower bound {result.lower_bound_bytes}, {proven}, {result.seconds:.3f}s", file=sys.stderr)
     if args.output is None:
         print(json.dumps(out))
@@ -95,7 +59,7 @@ def cmd_info(args) -> int:
     from ..core.bounds import lower_bound_details
     from ..schedulers import schedule
 
-    graph = _load_graph_arg(args.graph)
+    graph = load_graph_spec(args.graph)
     lb = lower_bound_details(graph)
     info = {"name": graph.name, "ops": graph.num_ops, "tensors": graph.num_tensors,
             "inputs": len(graph.inputs), "outputs": len(graph.outputs),
@@ -108,26 +72,27 @@ def cmd_info(args) -> int:
         return 0
     print(f"graph {graph.name}: {graph.num_ops} ops, {graph.num_tensors} tensors, "
           f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs")
-    print(f"total activation bytes: {graph.total_bytes} ({_fmt_bytes(graph.total_bytes)})")
-    print(f"lower bound:            {lb.bytes} ({_fmt_bytes(lb.bytes)})  [op {lb.op_bound}, "
+    print(f"total activation bytes: {graph.total_bytes} ({fmt_bytes(graph.total_bytes)})")
+    print(f"lower bound:            {lb.bytes} ({fmt_bytes(lb.bytes)})  [op {lb.op_bound}, "
           f"must-live {lb.must_live_bound} at {lb.op}, end {lb.end_bound}]")
     for m, p in info["baseline_peaks"].items():
-        print(f"{m + ' peak:':<24}{p} ({_fmt_bytes(p)})")
+        print(f"{m + ' peak:':<24}{p} ({fmt_bytes(p)})")
     return 0
 
 
 def cmd_compare(args) -> int:
     """TVM's default pipeline vs ours on one model."""
-    from ..relax.compare import compare
-    from ..relax.frontend import load_relax_model
+    from .models import load_relax_spec
 
-    mod, name = load_relax_model(args.model)
+    mod, name = load_relax_spec(args.model)   # bad specs and files fail here, before TVM is imported
+    from ..relax.compare import compare
+
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
-                progress=_progress(args), run=not args.no_run,
+                progress=progress_for(args), run=not args.no_run,
                 rewrite={"policy": args.rewrite} if args.rewrite else False)
     print(c.summary())
     if args.json:
-        _write_json(args.json, c.to_dict())
+        write_json(args.json, c.to_dict())
     if not c.numerics_ok:
         print("tvm-memsched: error: outputs differ from TVM's default build", file=sys.stderr)
         return 1
@@ -164,11 +129,11 @@ def cmd_demo(args) -> int:
     base = schedule(graph, "program")
     rows = []
     for m in methods:
-        r = schedule(graph, m, time_limit=args.time_limit, progress=_progress(args))
-        rows.append([m, str(r.peak_bytes), _fmt_bytes(r.peak_bytes), f"{base.peak_bytes / r.peak_bytes:.2f}x",
+        r = schedule(graph, m, time_limit=args.time_limit, progress=progress_for(args))
+        rows.append([m, str(r.peak_bytes), fmt_bytes(r.peak_bytes), f"{base.peak_bytes / r.peak_bytes:.2f}x",
                      "yes" if r.optimal else "no", f"{r.seconds:.3f}"])
-    print(_table(rows, ["method", "peak bytes", "peak", "vs program", "proven optimal", "seconds"]))
-    print(f"\nlower bound: {base.lower_bound_bytes} bytes ({_fmt_bytes(base.lower_bound_bytes)})")
+    print(table(rows, ["method", "peak bytes", "peak", "vs program", "proven optimal", "seconds"]))
+    print(f"\nlower bound: {base.lower_bound_bytes} bytes ({fmt_bytes(base.lower_bound_bytes)})")
     return 0
 
 
@@ -182,14 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     s = sub.add_parser("simulate", help="peak memory of a given order")
-    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file or zoo:NAME")
+    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file, a .tflite file or zoo:NAME[:int8]")
     s.add_argument("order", metavar="ORDER.json", help="a JSON list of op names or {\"order\": [...]}")
     s.add_argument("--json", action="store_true", help="print a JSON object (with peak_bytes)")
     s.add_argument("--full", action="store_true", help="with --json: include per-step footprints")
     s.set_defaults(fn=cmd_simulate)
 
     s = sub.add_parser("schedule", help="find a low-peak order")
-    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file or zoo:NAME")
+    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file, a .tflite file or zoo:NAME[:int8]")
     s.add_argument("--method", default="auto", choices=available_methods())
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
     s.add_argument("--output", "-o", metavar="OUT.json", help="write the result here (default: stdout)")
@@ -197,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_schedule)
 
     s = sub.add_parser("info", help="op/tensor counts, lower bound and baseline peaks")
-    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file or zoo:NAME")
+    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file, a .tflite file or zoo:NAME[:int8]")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
 

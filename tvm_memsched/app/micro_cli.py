@@ -7,7 +7,7 @@
     tvm-memsched micro --list-boards
 
 :func:`add_parser` registers the sub-command on the main parser's sub-parsers
-and :func:`run` executes it. Errors caused by the input (unknown board, model
+and :func:`run` executes it (the model spec: :mod:`.models`). Errors caused by the input (unknown board, model
 too large, unsupported operator, missing toolchain) are
 :class:`~tvm_memsched.core.errors.MemschedError`\\ s, which the main CLI prints
 as one line with exit code 2; outputs that differ from TVM's exit with 1.
@@ -15,8 +15,10 @@ as one line with exit code 2; outputs that differ from TVM's exit with 1.
 
 from __future__ import annotations
 
-import json
 import sys
+
+from .output import write_json
+from .progress import progress_for
 
 __all__ = ["add_parser", "run"]
 
@@ -62,7 +64,7 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     """Execute ``tvm-memsched micro`` (see the module docstring); returns the exit code."""
-    from ..core.errors import InputFileError, MemschedError
+    from ..core.errors import MemschedError
     from ..micro.boards import boards_table, get_board
 
     if args.list_boards:
@@ -75,15 +77,10 @@ def run(args) -> int:
     if args.time_limit is not None and not args.time_limit > 0:
         raise MemschedError(f"--time-limit must be positive, got {args.time_limit}")
 
-    from ..relax.frontend import load_relax_model
-    from ..micro.builder import DoesNotFitError, _does_not_fit_message, export
+    from ..micro.builder import export
+    from .models import load_relax_spec
 
-    progress = None
-    if not args.quiet:
-        from .progress import ProgressLog
-
-        progress = ProgressLog(prefix="  ")
-    mod, model_name = load_relax_model(args.model)
+    mod, model_name = load_relax_spec(args.model)
     original = mod
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
@@ -95,13 +92,13 @@ def run(args) -> int:
     exp = export(mod, board, args.out, args.method, name=args.name, planner=args.planner,
                  time_limit=args.time_limit, inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
-                 progress=progress)
+                 progress=progress_for(args))
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
     code = 0
     try:
-        if not exp.fits and not args.no_check_fit:
-            raise DoesNotFitError(_does_not_fit_message(exp), exp)
+        if not args.no_check_fit:
+            exp.check_fit()
         if args.run:
             from ..micro.run import default_inputs, reference_outputs, run_host, run_qemu
 
@@ -118,10 +115,5 @@ def run(args) -> int:
                 code = 1
     finally:
         if args.json:
-            try:
-                with open(args.json, "w", encoding="utf-8") as f:
-                    json.dump(report, f, indent=1, default=str)
-                    f.write("\n")
-            except OSError as e:
-                raise InputFileError(f"cannot write {args.json}: {e.strerror or e}") from None
+            write_json(args.json, report)
     return code

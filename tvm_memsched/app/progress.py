@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import time
 
-__all__ = ["Progress", "ProgressLog"]
+__all__ = ["Progress", "ProgressLog", "progress_for"]
 
 
 class Progress:
@@ -117,3 +117,8 @@ class ProgressLog:
             self.stream.write(f"{self.prefix}{message}\n")
             self.stream.flush()
             self._last = now
+
+
+def progress_for(args):
+    """The ``progress`` callable of a command: indented, rate-limited lines on stderr, None with ``--quiet``."""
+    return None if getattr(args, "quiet", False) else ProgressLog(prefix="  ")

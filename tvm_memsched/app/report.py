@@ -33,7 +33,7 @@ import time
 
 from .progress import Progress
 
-__all__ = ["run_report", "write_report", "QUICK_MODELS", "FULL_MODELS", "REPORT_METHODS", "published_rows"]
+__all__ = ["run_report", "write_report", "markdown", "QUICK_MODELS", "FULL_MODELS", "REPORT_METHODS", "published_rows"]
 
 REPORT_METHODS = ["program", "rpo", "kahn", "dp", "hmcos", "ilp", "auto"]
 QUICK_MODELS = ["swiftnet_like", "resnet"]

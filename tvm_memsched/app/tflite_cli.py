@@ -6,7 +6,7 @@
     tvm-memsched coral MODEL.tflite --stages K --out DIR [--fixed-order] [--time-limit S]
 
 A model is a ``.tflite`` path or ``zoo:NAME`` / ``zoo:NAME:int8`` (a zoo model
-written on the fly). :func:`add_parsers` registers both sub-commands on the
+written on the fly; :mod:`.models`). :func:`add_parsers` registers both sub-commands on the
 main parser's sub-parsers; :func:`run_tflite` and :func:`run_coral` execute
 them. Errors caused by the input are
 :class:`~tvm_memsched.core.errors.MemschedError`\\ s (one line, exit code 2 in
@@ -15,53 +15,14 @@ the main CLI); outputs that are not bit-identical in LiteRT exit with 1.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-__all__ = ["add_parsers", "run_tflite", "run_coral", "load_source"]
+from .models import load_tflite_spec, parse_zoo_spec
+from .output import table, write_bytes, write_json
+from .progress import progress_for
 
-
-def load_source(spec: str):
-    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` path or ``zoo:NAME[:int8|:float32]``."""
-    from ..core.errors import InputFileError
-    from ..tflite.reader import read_tflite
-
-    if spec.startswith("zoo:"):
-        from .. import zoo
-
-        parts = spec[4:].split(":")
-        name, dtype = parts[0], (parts[1] if len(parts) > 1 else "float32")
-        if len(parts) > 2 or dtype not in ("float32", "int8"):
-            raise InputFileError(f"bad zoo model spec '{spec}': use zoo:NAME or zoo:NAME:int8")
-        zoo.info(name)   # raises a clear error for unknown names
-        return read_tflite(zoo.tflite(name, dtype), name=name + ("_int8" if dtype == "int8" else ""), label=spec)
-    return read_tflite(spec)
-
-
-def _progress(args):
-    if getattr(args, "quiet", False):
-        return None
-    from .progress import ProgressLog
-
-    return ProgressLog(prefix="  ")
-
-
-def _write(path: str, data: bytes) -> None:
-    from ..core.errors import InputFileError
-
-    try:
-        with open(path, "wb") as f:
-            f.write(data)
-    except OSError as e:
-        raise InputFileError(f"cannot write {path}: {e.strerror or e}") from None
-
-
-def _table(rows: list, header: list) -> str:
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                              for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+__all__ = ["add_parsers", "run_tflite", "run_coral"]
 
 
 def add_parsers(subparsers) -> None:
@@ -121,13 +82,13 @@ def run_tflite(args) -> int:
     """Execute ``tvm-memsched tflite``; returns the exit code."""
     from ..tflite.optimize import optimize_tflite
 
-    tg = load_source(args.model)
+    tg = load_tflite_spec(args.model)
     name = tg.graph.name
     res = optimize_tflite(tg, method=args.method, time_limit=args.time_limit, offline_plan=args.offline_plan,
-                          measure=args.report, verify=args.report, progress=_progress(args))
-    _write(args.output, res.output)
+                          measure=args.report, verify=args.report, progress=progress_for(args))
+    write_bytes(args.output, res.output)
     if args.json:
-        _write(args.json, (json.dumps(res.to_dict(), indent=1) + "\n").encode())
+        write_json(args.json, res.to_dict())
     g = tg.graph
     p = res.predicted
     line = (f"{name}: {g.num_ops} ops; peak {res.peaks['in']} -> {res.schedule.peak_bytes} bytes ({args.method}); "
@@ -166,19 +127,19 @@ def run_coral(args) -> int:
         over["host_bandwidth"] = over["link_bandwidth"] = args.bandwidth_mbps * 1e6
     if over:
         cm = EdgeTpuCostModel(**{**cm.__dict__, **over})
-    tg = load_source(args.model)
+    tg = load_tflite_spec(args.model)
     man, seg = coral_export(tg, args.stages, args.out, method=args.method, free_order=not args.fixed_order,
                             time_limit=args.time_limit, cost_model=cm, verify=not args.no_verify,
                             segmenter=args.segmenter,
-                            source=None if args.model.startswith("zoo:") else os.path.abspath(args.model),
-                            progress=_progress(args))
+                            source=None if parse_zoo_spec(args.model) else os.path.abspath(args.model),
+                            progress=progress_for(args))
     rows = []
     for s in man["segments"]:
         rows.append([str(s["index"]), s["file"], str(s["ops"]), f"{s['param_bytes'] / 1024:.1f}",
                      f"{s['macs'] / 1e6:.2f}", f"{s['in_bytes'] / 1024:.1f}", f"{s['out_bytes'] / 1024:.1f}",
                      f"{s['compute_ms']:.4f}", f"{s['stream_ms']:.4f}", f"{s['transfer_ms']:.4f}",
                      f"{s['time_ms']:.4f}"])
-    print(_table(rows, ["stage", "file", "ops", "params KiB", "MMACs", "in KiB", "out KiB", "compute ms",
+    print(table(rows, ["stage", "file", "ops", "params KiB", "MMACs", "in KiB", "out KiB", "compute ms",
                         "stream ms", "transfer ms", "stage ms"]))
     sol, pred = man["solver"], man["predicted"]
     head = (f"bottleneck {pred['bottleneck_ms']:.4f} ms ({pred['throughput_per_s']:.1f} inferences/s, "

@@ -123,6 +123,11 @@ class MicroExport:
         ok = self.ram_bytes <= self.board.sram_bytes
         return ok and (self.flash_bytes is None or self.flash_bytes <= self.board.flash_bytes)
 
+    def check_fit(self) -> None:
+        """Raise :class:`DoesNotFitError` (what is over, and by how much) unless the model fits the board."""
+        if not self.fits:
+            raise DoesNotFitError(_does_not_fit_message(self), self)
+
     @property
     def default_fits(self) -> bool | None:
         if self.default is None:
@@ -360,8 +365,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         json.dump(exp.to_dict(), f, indent=1, default=str)
         f.write("\n")
     files["report"] = os.path.join(exp.out_dir, f"{name}_report.json")
-    if check_fit and not exp.fits:
-        raise DoesNotFitError(_does_not_fit_message(exp), exp)
+    if check_fit:
+        exp.check_fit()
     return exp
 
 

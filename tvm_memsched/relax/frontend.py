@@ -1,43 +1,32 @@
-"""Load models for the command line: ``.tflite`` files and ``zoo:NAME``.
+"""The one place that turns a model file into a Relax IRModule.
 
 ``.tflite`` files are imported with ``tvm.relax.frontend.tflite`` (which needs the
-``tflite`` schema package). Graph JSON files carry no operators TVM could
-compile and are refused with a message pointing at ``tvm-memsched schedule``.
+``tflite`` schema package), with one-line errors for unreadable or corrupt
+files. Command-line model specs (``zoo:NAME``, paths) are resolved in the
+application layer, which calls this module for files.
 """
 
 from __future__ import annotations
 
-import os
-
 from ..core.errors import InputFileError, UnsupportedError
 
-__all__ = ["load_relax_model"]
+__all__ = ["from_tflite_file", "from_tflite_bytes"]
 
 
-def load_relax_model(spec: str):
-    """``(IRModule, name)`` for a model spec: ``path.tflite`` or ``zoo:NAME``."""
-    if spec.startswith("zoo:"):
-        from .. import zoo
-
-        name = spec[4:]
-        return zoo.load(name), name
-    ext = os.path.splitext(spec)[1].lower()
-    if ext == ".json":
-        raise UnsupportedError(f"{spec} is a graph JSON: it has no operators TVM can compile. "
-                               "Give a .tflite file or zoo:NAME, or schedule the graph with "
-                               "'tvm-memsched schedule'")
-    if ext != ".tflite":
-        raise UnsupportedError(f"unsupported model file '{spec}': expected a .tflite file or zoo:NAME")
+def from_tflite_file(path: str):
+    """Import the ``.tflite`` file ``path`` into Relax (see :func:`from_tflite_bytes`)."""
     try:
-        with open(spec, "rb") as f:
+        with open(path, "rb") as f:
             buf = f.read()
     except OSError as e:
-        raise InputFileError(f"cannot read {spec}: {e.strerror or e}") from None
-    return from_tflite_bytes(buf, spec), os.path.splitext(os.path.basename(spec))[0]
+        raise InputFileError(f"cannot read {path}: {e.strerror or e}") from None
+    return from_tflite_bytes(buf, path)
 
 
 def from_tflite_bytes(buf: bytes, what: str = "model"):
     """Import a .tflite flatbuffer into Relax, with clear errors for corrupt files."""
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
     try:
         import tflite
     except ImportError:
@@ -47,8 +36,6 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
 
     from .tflite_converter import OperatorConverter
 
-    if len(buf) < 8 or buf[4:8] != b"TFL3":
-        raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
     try:
         buf = _per_tensor_dimension_zero(buf, tflite)
         model = tflite.Model.GetRootAsModel(buf, 0)

@@ -64,7 +64,7 @@ from ..core.graph import Graph
 from ..core.simulate import peak_of_ids
 from .base import Deadline, ScheduleResult, graph_lower_bound, make_result
 from .registry import register
-from .weights import params_digest, read_weights_npz, write_weights_npz
+from .weights import load_weights, params_digest, write_weights_npz
 
 __all__ = ["GraphData", "DecodeState", "LearnedModel", "load_model", "default_weights_path",
            "learned_order", "schedule_learned", "auto_phase", "params_digest", "param_shapes",
@@ -73,6 +73,8 @@ __all__ = ["GraphData", "DecodeState", "LearnedModel", "load_model", "default_we
 
 #: bumped whenever a feature's definition changes (weights record the version they were trained on)
 FEATURE_VERSION = 1
+#: the ``format`` of the learned scheduler's weights files
+WEIGHTS_FORMAT = "tvm_memsched.learned/1"
 
 STATIC_FEATURES = (
     "level",            # ASAP topological level / depth
@@ -600,26 +602,17 @@ _MODEL_CACHE: dict[str, LearnedModel] = {}
 
 def load_model(path: str | None = None) -> LearnedModel:
     """Load (and cache) the weights; checks the format, feature version, shapes and parameter hash."""
-    path = os.path.abspath(path or default_weights_path())
-    model = _MODEL_CACHE.get(path)
-    if model is not None:
-        return model
-    params, meta = read_weights_npz(path, format="tvm_memsched.learned/1", feature_version=FEATURE_VERSION,
-                                    what="learned scheduler", train="train them with scripts/train_learned.py",
-                                    param_shapes=param_shapes)
-    model = LearnedModel(params, meta["config"])
-    model.meta = meta
-    _MODEL_CACHE[path] = model
-    return model
+    return load_weights(path or default_weights_path(), LearnedModel, _MODEL_CACHE, format=WEIGHTS_FORMAT,
+                        feature_version=FEATURE_VERSION, what="learned scheduler",
+                        train="train them with scripts/train_learned.py", param_shapes=param_shapes)
 
 
 def save_weights(path: str, params: dict, config: dict, extra_meta: dict | None = None) -> dict:
     """Write weights (float32) + metadata (config, feature version, hash) as a compressed npz."""
-    meta = {"format": "tvm_memsched.learned/1", "feature_version": FEATURE_VERSION, "config": config,
-            "static_features": list(STATIC_FEATURES), "dynamic_features": list(DYNAMIC_FEATURES),
-            "global_features": list(GLOBAL_FEATURES)}
-    meta.update(extra_meta or {})
-    return write_weights_npz(path, params, meta)
+    return write_weights_npz(path, params, {"format": WEIGHTS_FORMAT, "feature_version": FEATURE_VERSION,
+                                            "config": config, "static_features": list(STATIC_FEATURES),
+                                            "dynamic_features": list(DYNAMIC_FEATURES),
+                                            "global_features": list(GLOBAL_FEATURES)}, extra_meta)
 
 
 # --------------------------------------------------------------------------- scheduling

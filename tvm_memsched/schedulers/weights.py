@@ -7,7 +7,8 @@ feature lists, the parameter count and a SHA-256 over the parameters
 (:func:`params_digest`). :func:`write_weights_npz` writes one;
 :func:`read_weights_npz` reads one back and checks it, with a one-line
 :class:`~tvm_memsched.core.errors.MemschedError` for a missing, foreign,
-outdated or corrupted file.
+outdated or corrupted file; :func:`load_weights` builds (and caches) the
+model object from it.
 
 Example
 -------
@@ -32,7 +33,7 @@ import numpy as np
 
 from ..core.errors import MemschedError
 
-__all__ = ["params_digest", "write_weights_npz", "read_weights_npz"]
+__all__ = ["params_digest", "write_weights_npz", "read_weights_npz", "load_weights"]
 
 
 def params_digest(params: dict) -> str:
@@ -46,14 +47,15 @@ def params_digest(params: dict) -> str:
     return h.hexdigest()
 
 
-def write_weights_npz(path: str, params: dict, meta: dict) -> dict:
-    """Write ``params`` as float32 and ``meta`` (plus the parameter hash and count) as a compressed npz.
+def write_weights_npz(path: str, params: dict, meta: dict, extra_meta: dict | None = None) -> dict:
+    """Write ``params`` as float32 and ``meta`` updated with ``extra_meta`` (plus the parameter hash and count)
+    as a compressed npz.
 
     Shared by every learned model of the package; returns the metadata written.
     """
     params32 = {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
-    meta = dict(meta, params_sha256=params_digest(params32),
-                num_params=int(sum(a.size for a in params32.values())))
+    meta = {**meta, **(extra_meta or {}), "params_sha256": params_digest(params32),
+            "num_params": int(sum(a.size for a in params32.values()))}
     arrays = {f"p:{k}": v for k, v in params32.items()}
     arrays["meta_json"] = np.array(json.dumps(meta, sort_keys=True))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -106,3 +108,17 @@ def read_weights_npz(path: str, *, format: str, feature_version: int, what: str,
         if {k: tuple(v.shape) for k, v in params.items()} != {k: tuple(s) for k, s in shapes.items()}:
             raise MemschedError(f"{path}: parameter shapes do not match the config {meta['config']}")
     return params, meta
+
+
+def load_weights(path: str, model_class, cache: dict, **checks):
+    """``model_class(params, config)`` of the weights file ``path`` with its ``meta`` attached, cached by path.
+
+    ``checks`` are :func:`read_weights_npz`'s keyword arguments (format, feature version, ...).
+    """
+    path = os.path.abspath(path)
+    if path not in cache:
+        params, meta = read_weights_npz(path, **checks)
+        model = model_class(params, meta["config"])
+        model.meta = meta
+        cache[path] = model
+    return cache[path]

@@ -1,4 +1,7 @@
-"""Former location of :mod:`tvm_memsched.tflite.coral.learned` (the learned Coral segmenter); kept as an alias."""
+"""Former location of :mod:`tvm_memsched.tflite.coral.learned` (the learned Coral segmenter): its public names
+under the old path."""
 
-from .coral.learned import *  # noqa: F401,F403
-from .coral.learned import __all__  # noqa: F401
+from .coral import learned as _new
+
+globals().update({k: v for k, v in vars(_new).items() if not k.startswith("_")})
+__all__ = _new.__all__

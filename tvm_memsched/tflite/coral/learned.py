@@ -74,7 +74,7 @@ import numpy as np
 
 from ...core.errors import MemschedError
 from ...core.graph import Graph
-from ...schedulers.weights import read_weights_npz, write_weights_npz
+from ...schedulers.weights import load_weights, write_weights_npz
 from .cost import (DEFAULT_COST_MODEL, PS_PER_MS, EdgeTpuCostModel, Segmentation, StageCosts, stage_figures,
                    stage_members, stage_param_bytes, stage_tensors)
 from .solve import dp_segment, window_dp
@@ -85,6 +85,8 @@ __all__ = ["OP_FEATURES", "GRAPH_FEATURES", "BOUNDARY_FEATURES", "FEATURE_VERSIO
 
 #: bumped whenever a feature's definition changes (weights record the version they were trained on)
 FEATURE_VERSION = 1
+#: the ``format`` of the segmenter's weights files
+WEIGHTS_FORMAT = "tvm_memsched.coral_segmenter/1"
 
 OP_FEATURES = (
     "anc_compute",      # compute of the op and its ancestors / total compute
@@ -267,25 +269,17 @@ _CACHE: dict = {}
 
 def save_segmenter(path: str, params: dict, config: dict, extra_meta: dict | None = None) -> dict:
     """Write weights (float32) and metadata (config, feature lists and version, parameter hash)."""
-    meta = {"format": "tvm_memsched.coral_segmenter/1", "feature_version": FEATURE_VERSION, "config": config,
-            "op_features": list(OP_FEATURES), "graph_features": list(GRAPH_FEATURES),
-            "boundary_features": list(BOUNDARY_FEATURES)}
-    meta.update(extra_meta or {})
-    return write_weights_npz(path, params, meta)
+    return write_weights_npz(path, params, {"format": WEIGHTS_FORMAT, "feature_version": FEATURE_VERSION,
+                                            "config": config, "op_features": list(OP_FEATURES),
+                                            "graph_features": list(GRAPH_FEATURES),
+                                            "boundary_features": list(BOUNDARY_FEATURES)}, extra_meta)
 
 
 def load_segmenter(path: str | None = None) -> SegmenterModel:
     """Load (and cache) segmenter weights; checks the format, feature version, shapes and parameter hash."""
-    path = os.path.abspath(path or default_segmenter_path())
-    if path in _CACHE:
-        return _CACHE[path]
-    params, meta = read_weights_npz(path, format="tvm_memsched.coral_segmenter/1", feature_version=FEATURE_VERSION,
-                                    what="Coral segmenter", train="train them with scripts/train_coral_segmenter.py",
-                                    param_shapes=param_shapes)
-    model = SegmenterModel(params, meta["config"])
-    model.meta = meta
-    _CACHE[path] = model
-    return model
+    return load_weights(path or default_segmenter_path(), SegmenterModel, _CACHE, format=WEIGHTS_FORMAT,
+                        feature_version=FEATURE_VERSION, what="Coral segmenter",
+                        train="train them with scripts/train_coral_segmenter.py", param_shapes=param_shapes)
 
 
 # --------------------------------------------------------------------------- decoding

@@ -2,11 +2,12 @@
 
 Example
 -------
->>> from tvm_memsched import zoo
->>> g = zoo.graph("swiftnet_like", "int8")
->>> s = segment(g, 3)
->>> len(s.stages), s.method, s.optimal, s.bottleneck_ms == max(s.stage_ms)
-(3, 'dp', True, True)
+>>> from tvm_memsched.core import coral_dag
+>>> g = coral_dag(20, seed=1)
+>>> fixed = segment(g, 3)                                  # the best cut of the program order
+>>> free = segment(g, 3, free_order=True, time_limit=5)    # any order: CP-SAT, started from the better one
+>>> fixed.method, free.method, free.bottleneck_ms <= fixed.bottleneck_ms
+('dp', 'cp-sat', True)
 """
 
 from __future__ import annotations
