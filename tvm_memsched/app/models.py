@@ -30,7 +30,8 @@ import os
 from .. import zoo
 from ..core.errors import InputFileError, UnsupportedError
 
-__all__ = ["ZOO_PREFIX", "parse_zoo_spec", "load_graph_spec", "load_relax_spec", "load_tflite_spec"]
+__all__ = ["ZOO_PREFIX", "parse_zoo_spec", "load_graph_spec", "load_relax_spec", "load_tflite_spec",
+           "tflite_bytes_of"]
 
 #: the prefix of zoo model specs
 ZOO_PREFIX = "zoo:"
@@ -70,13 +71,14 @@ def load_graph_spec(spec: str):
 
 
 def load_relax_spec(spec: str):
-    """``(IRModule, name)`` of a ``.tflite`` file or ``zoo:NAME``."""
+    """``(IRModule, name)`` of a ``.tflite`` file, ``zoo:NAME`` or ``zoo:NAME:int8`` (its int8 .tflite imported)."""
     z = parse_zoo_spec(spec)
     if z is not None:
         name, dtype = z
         if dtype != "float32":
-            raise UnsupportedError(f"'{spec}': TVM builds of zoo models start from the float32 network; "
-                                   f"use zoo:{name}, or give an int8 .tflite file")
+            from ..relax.frontend import from_tflite_bytes
+
+            return from_tflite_bytes(zoo.tflite(name, dtype), spec), f"{name}_{dtype}"
         return zoo.load(name), name
     ext = _extension(spec)
     if ext == ".json":
@@ -88,6 +90,23 @@ def load_relax_spec(spec: str):
     from ..relax.frontend import from_tflite_file
 
     return from_tflite_file(spec), os.path.splitext(os.path.basename(spec))[0]
+
+
+def tflite_bytes_of(spec: str) -> bytes | None:
+    """The ``.tflite`` bytes behind a model spec (a ``.tflite`` file or ``zoo:NAME:int8``), else None.
+
+    ``zoo:NAME`` (float32) is built as a Relax module directly, so it has none.
+    """
+    z = parse_zoo_spec(spec)
+    if z is not None:
+        return zoo.tflite(*z) if z[1] != "float32" else None
+    if _extension(spec) != ".tflite":
+        return None
+    try:
+        with open(spec, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InputFileError(f"cannot read {spec}: {e.strerror or e}") from None
 
 
 def load_tflite_spec(spec: str):

@@ -50,15 +50,18 @@ __all__ = ["litert_interpreter", "litert_run", "random_inputs", "compare_litert"
 
 
 # -------------------------------------------------------------------- LiteRT
-def litert_interpreter(buf: bytes):
-    """A LiteRT interpreter for ``buf`` (builtin kernels, no default delegate), tensors allocated."""
+def litert_interpreter(buf: bytes, reference: bool = False):
+    """A LiteRT interpreter for ``buf`` (builtin kernels, no default delegate), tensors allocated.
+
+    ``reference=True`` uses LiteRT's reference kernels (``BUILTIN_REF``) instead of the optimized ones.
+    """
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:  # pragma: no cover - depends on the environment
         raise UnsupportedError("LiteRT is not installed: pip install ai-edge-litert") from None
     try:
-        it = Interpreter(model_content=bytes(buf),
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        kind = OpResolverType.BUILTIN_REF if reference else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        it = Interpreter(model_content=bytes(buf), experimental_op_resolver_type=kind)
         it.allocate_tensors()
     except (ValueError, RuntimeError) as e:
         raise MemschedError(f"LiteRT cannot load the model: {' '.join(str(e).split())[:300]}") from None
@@ -91,9 +94,12 @@ def random_inputs(buf: bytes, seed: int = 0) -> dict:
     return out
 
 
-def litert_run(buf: bytes, inputs: dict) -> dict:
-    """Run ``buf`` once in LiteRT (file order); ``inputs`` by tensor name -> outputs by tensor name."""
-    it = litert_interpreter(buf)
+def litert_run(buf: bytes, inputs: dict, reference: bool = False) -> dict:
+    """Run ``buf`` once in LiteRT (file order); ``inputs`` by tensor name -> outputs by tensor name.
+
+    ``reference=True``: LiteRT's reference kernels.
+    """
+    it = litert_interpreter(buf, reference)
     details = it.get_input_details()
     missing = [d["name"] for d in details if d["name"] not in inputs]
     if missing:

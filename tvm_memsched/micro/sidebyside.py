@@ -1,0 +1,123 @@
+"""Our microcontroller export side by side with TFLite Micro and with TVM's default build.
+
+* :func:`tflm_reference` measures TFLite Micro's smallest arena for the same
+  ``.tflite`` file (its Python interpreter, bisected in child processes);
+* :func:`default_export` exports the model as TVM alone would build it (TVM's
+  import arithmetic, kernels, order and ``StaticPlanBlockMemory`` plan) to the
+  same C runtime, so RAM, flash and instructions compare like for like;
+* :func:`check_against_tflite` runs the file in TFLite Micro and in LiteRT's
+  reference kernels on the inputs a QEMU/host run used and compares outputs
+  (integer outputs bit for bit);
+* :func:`side_by_side` formats the table ``tvm-memsched micro`` prints.
+
+Example
+-------
+>>> print(side_by_side("b", {"min_arena": 1000}, None, {"ram": 800, "flash": 500, "instructions": 9}))
+  side by side on b     RAM total  flash  instructions
+  TFLite Micro (arena)    1,000 B      -             -
+  tvm_memsched              800 B  500 B             9
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["tflm_reference", "default_export", "check_against_tflite", "side_by_side", "tflite_available"]
+
+
+def tflite_available() -> bool:
+    """True if TFLite Micro's Python interpreter can be imported."""
+    try:
+        from tflite_micro.python.tflite_micro import runtime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def tflm_reference(buf: bytes) -> dict:
+    """TFLite Micro's memory for ``buf``: ``min_arena`` (smallest arena that allocates), ``head``, ``tail``."""
+    from ..tflite.verify import tflm_arena
+
+    a = tflm_arena(bytes(buf))
+    return {"min_arena": a.min_arena, "head": a.head, "tail": a.tail}
+
+
+def default_export(mod, board, out_dir: str, *, name: str = "model", measure: bool = True, progress=None):
+    """Export ``mod`` as TVM's default build would run it: no int8 lowering, TVM's order and plan."""
+    from .builder import export
+
+    return export(mod, board, out_dir, name=name, planner="tvm", int8=False, measure=measure, check_fit=False,
+                  progress=progress)
+
+
+def _names(buf: bytes) -> list[str]:
+    from ..tflite.builder import load
+
+    m = load(bytes(buf))
+    sg = m.subgraphs[0]
+    return [sg.tensors[i].name.decode("utf-8", "replace") for i in sg.inputs]
+
+
+def _diff(outputs, reference) -> tuple[float, bool]:
+    """(max abs difference, identical) of two output lists compared in order."""
+    if len(outputs) != len(reference):
+        return float("inf"), False
+    worst, same = 0.0, True
+    for a, b in zip(outputs, reference):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.size != b.size:
+            return float("inf"), False
+        b = b.reshape(a.shape)
+        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        worst = max(worst, float(d.max()) if d.size else 0.0)
+        same = same and a.tobytes() == b.astype(a.dtype).tobytes()
+    return worst, same
+
+
+def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, atol: float = 1e-4) -> dict:
+    """Compare ``outputs`` (ours, for ``inputs`` in the file's input order) with TFLite Micro and LiteRT.
+
+    Integer outputs must be bit-identical to TFLite Micro's (``ok``); float
+    outputs must be within ``atol + rtol * |ref|``. LiteRT's reference kernels
+    are reported alongside (they differ from TFLite Micro's in a few places,
+    e.g. FULLY_CONNECTED rescales in double there).
+    """
+    from ..tflite.verify import litert_run, tflm_run
+
+    feeds = dict(zip(_names(buf), inputs))
+    out = {}
+    tflm = [np.asarray(o) for o in tflm_run(bytes(buf), feeds)]
+    d, same = _diff(outputs, tflm)
+    integer = all(np.issubdtype(np.asarray(o).dtype, np.integer) for o in outputs)
+    if integer:
+        ok = same
+    else:
+        ok = all(np.all(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64).reshape(np.shape(a)))
+                        <= atol + rtol * np.abs(np.asarray(b, np.float64).reshape(np.shape(a))))
+                 for a, b in zip(outputs, tflm)) and len(tflm) == len(outputs)
+    out["tflm"] = {"max_abs_diff": d, "identical": same, "ok": bool(ok)}
+    lite = litert_run(bytes(buf), feeds, reference=True)
+    d2, same2 = _diff(outputs, list(lite.values()))
+    out["litert_ref"] = {"max_abs_diff": d2, "identical": same2}
+    out["ok"] = bool(ok)
+    return out
+
+
+def side_by_side(board_name: str, tflm: dict | None, default: dict | None, ours: dict) -> str:
+    """The comparison table: TFLite Micro's arena, TVM's default and ours (RAM total, flash, instructions).
+
+    ``default``/``ours`` hold ``ram``, ``flash`` and ``instructions`` (None: not measured / not run).
+    """
+    def cell(v, unit=" B"):
+        return "-" if v is None else (f"{v:,}{unit}" if isinstance(v, int) else str(v))
+
+    rows = [(f"side by side on {board_name}", "RAM total", "flash", "instructions")]
+    if tflm is not None:
+        rows.append(("TFLite Micro (arena)", cell(tflm.get("min_arena")), "-", "-"))
+    if default is not None:
+        rows.append(("TVM default", cell(default.get("ram")), cell(default.get("flash")),
+                     cell(default.get("instructions"), "")))
+    rows.append(("tvm_memsched", cell(ours.get("ram")), cell(ours.get("flash")), cell(ours.get("instructions"), "")))
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  " + "  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
+                     for r in rows)
