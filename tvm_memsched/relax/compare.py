@@ -4,9 +4,11 @@ Both builds share the stages before the planner's inputs diverge (dispatch,
 legalization, fusion), then:
 
 * **default**: TVM's order and ``StaticPlanBlockMemory``;
-* **memsched**: ``MemoryAwareReorder`` and ``ArenaPlanMemory`` (with
-  ``rewrite=True``, on the module after :func:`~tvm_memsched.relax.rewrite.identity_rewrite`,
-  so the numerical check covers the rewrites too).
+* **memsched**: ``ShrinkWorkspace`` on the kernels (unless turned off),
+  ``MemoryAwareReorder`` and ``ArenaPlanMemory``
+  (with ``rewrite=True``, on the module after
+  :func:`~tvm_memsched.relax.rewrite.identity_rewrite`, so the numerical check
+  covers the rewrites too).
 
 Planned bytes are measured from the lowered modules (the ``alloc_storage``
 sizes right after planning; function outputs are not planned by either). The
@@ -177,11 +179,12 @@ def run_vm(ex, inputs, func: str = "main") -> list[np.ndarray]:
 
 def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
             seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
-            rewrite=False, **options) -> Comparison:
+            rewrite=False, shrink_workspace: bool = True, **options) -> Comparison:
     """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
 
     ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
     side first (``True``, or a dict of its options such as ``{"policy": "always"}``).
+    ``shrink_workspace=False`` keeps TVM's kernels on our side too.
     """
     target = as_target(target)
     st = stages(target)
@@ -205,9 +208,9 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         d_final = tvm.transform.Sequential(st["finalize"][k + 1:])(d_planned_mod)
         d_ex = tvm.compile(d_final, target, relax_pipeline=None)
         t_default = time.perf_counter() - t0 + t_common
-        # ---- ours (extra passes such as InlinePadding run after FuseTIR, as in pipeline())
+        # ---- ours (ShrinkWorkspace and extra passes run after FuseTIR, as in pipeline())
         t0 = time.perf_counter()
-        rewrites = []
+        rewrites, o_mod = [], mod
         if rewrite:
             from .rewrite import identity_rewrite
 
@@ -215,13 +218,14 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             kw.setdefault("target", target)
             r_mod, r_report = identity_rewrite(mod, **kw)
             rewrites = [asdict(site) for site in r_report.sites]
-            m_base = tvm.transform.Sequential(st["dispatch"] + st["legalize"])(r_mod) if rewrites else fused
-        else:
-            m_base = fused
-        m_fused = tvm.transform.Sequential(extra)(m_base) if extra else m_base
-        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (extra or m_base is not fused) else meter
-        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, **options)
+            o_mod = r_mod if rewrites else mod
+        m_base = fused if o_mod is mod else tvm.transform.Sequential(st["dispatch"] + st["legalize"])(o_mod)
+        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode,
+                     shrink_workspace=shrink_workspace, **options)
         reorder, arena = p.reorder, p.arena
+        kernel_passes = ([p.shrink] if p.shrink is not None else []) + extra
+        m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
+        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
         m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
         m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter)
         m_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(m_lowered)

@@ -4,6 +4,8 @@
 (library dispatch, legalization and fusion, dataflow lowering, finalization)
 with
 
+* ``ShrinkWorkspace`` right after ``FuseTIR`` (kernels without full-size
+  temporaries: padding inlined, epilogues per output element),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
   re-orders bindings, and reshapes are views by then), and
 * ``ArenaPlanMemory`` in place of ``StaticPlanBlockMemory``.
@@ -14,8 +16,8 @@ Example
 -------
 >>> import tvm
 >>> p = pipeline({"kind": "llvm"}, method="rpo")
->>> [n for n in p.pass_names() if n in ("FuseTIR", "MemoryAwareReorder", "ArenaPlanMemory")]
-['FuseTIR', 'MemoryAwareReorder', 'ArenaPlanMemory']
+>>> [n for n in p.pass_names() if n in ("FuseTIR", "ShrinkWorkspace", "MemoryAwareReorder", "ArenaPlanMemory")]
+['FuseTIR', 'ShrinkWorkspace', 'MemoryAwareReorder', 'ArenaPlanMemory']
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import importlib
 import tvm
 from tvm import relax
 
-from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder
+from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkWorkspace
 
 __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
 
@@ -64,14 +66,16 @@ def relax_unsupported(target):
 
 @tvm.transform.module_pass(opt_level=0, name="MemschedPipeline")
 class MemschedPipeline:
-    """The default pipeline with our reorder and arena planner (see :func:`pipeline`).
+    """The default pipeline with our kernel scheduling, reorder and arena planner (see :func:`pipeline`).
 
-    ``.rewrite`` (None unless asked for), ``.reorder`` and ``.arena`` are the pass
-    instances (their ``.report`` tells what they did), ``.passes`` the whole list.
+    ``.rewrite`` (None unless asked for), ``.shrink``, ``.reorder`` and ``.arena``
+    are the pass instances (their ``.report`` tells what they did; None when
+    turned off), ``.passes`` the whole list.
     """
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
-                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, **options):
+                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False,
+                 shrink_workspace=True, **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.rewrite = None
@@ -81,8 +85,9 @@ class MemschedPipeline:
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
                                           target=self.target, progress=progress, **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena) if plan else None
+        self.shrink = ShrinkWorkspace(target=self.target) if shrink_workspace else None
         passes = ([self.rewrite] if self.rewrite is not None else []) + st["dispatch"] + st["legalize"] \
-            + list(extra_passes)
+            + ([self.shrink] if self.shrink is not None else []) + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
             if p.info.name == "RewriteDataflowReshape" and self.reorder is not None:
@@ -106,17 +111,18 @@ class MemschedPipeline:
 
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
-             extra_passes=(), progress=None, rewrite=False, **options) -> MemschedPipeline:
-    """TVM's default Relax pipeline for ``target`` with our reorder and arena planner.
+             extra_passes=(), progress=None, rewrite=False, shrink_workspace: bool = True,
+             **options) -> MemschedPipeline:
+    """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
-    ``extra_passes`` run after FuseTIR (e.g. ``InlinePadding()``); ``reorder=False``
-    or ``plan=False`` keep TVM's order or TVM's planner; ``rewrite=True`` (or a
-    dict of :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the
-    identity rewriting first, on the imported operators. Other options go to the
-    scheduler.
+    ``shrink_workspace=False`` keeps TVM's kernels as FuseTIR writes them (no
+    :class:`~tvm_memsched.transform.ShrinkWorkspace`); ``extra_passes`` run after FuseTIR (and after ``ShrinkWorkspace``); ``reorder=False`` or ``plan=False``
+    keep TVM's order or TVM's planner; ``rewrite=True`` (or a dict of
+    :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the identity
+    rewriting first, on the imported operators. Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
-                            extra_passes, progress, rewrite, **options)
+                            extra_passes, progress, rewrite, shrink_workspace, **options)
 
 
 def build(mod, target=None, **options):
