@@ -95,6 +95,7 @@ class MicroExport:
     kernels: int
     lower_bound_bytes: int = 0
     shrunk_kernels: list = field(default_factory=list)
+    shrunk_constants: list = field(default_factory=list)
     tvm_kernels_workspace_bytes: int | None = None
     flash_bytes: int | None = None
     static_ram_bytes: int | None = None
@@ -155,6 +156,10 @@ class MicroExport:
             if self.tvm_kernels_workspace_bytes is not None:
                 line += f" (TVM's kernels: {self.tvm_kernels_workspace_bytes:,} B)"
             lines.insert(-1, line)
+        if self.shrunk_constants:
+            saved = sum(c["before_bytes"] - c["after_bytes"] for c in self.shrunk_constants)
+            lines.insert(-1, f"  constants      {len(self.shrunk_constants)} broadcast constants kept at their small "
+                             f"shape (ShrinkConstants): {saved:,} B less flash")
         if self.default is not None and self.ours is not None:
             lines.append(fit_report(self))
         return "\n".join(lines)
@@ -218,7 +223,7 @@ def _split_pipeline(target, method, time_limit, alignment, progress, options):
     from ..relax.pipeline import pipeline, stages
 
     p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
-                 progress=progress, workspace_shared=True, shrink_workspace=False, **options)
+                 progress=progress, workspace_shared=True, shrink_workspace=False, shrink_constants=False, **options)
     names = p.pass_names()
     f, i, k = names.index("FuseTIR"), names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
@@ -227,7 +232,7 @@ def _split_pipeline(target, method, time_limit, alignment, progress, options):
 
 def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model", planner: str = "tvm_memsched",
            time_limit: float | None = None, alignment: int = 16, shrink_workspace: bool = True,
-           inline_padding: bool = False, exact_arena: bool = True,
+           shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
            compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
            **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
@@ -252,6 +257,10 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         read through index arithmetic, epilogues per output element). False
         keeps the kernels as TVM's fusion writes them. TVM's plan
         (``planner="tvm"`` and ``compare_default``) always uses TVM's kernels.
+    shrink_constants : bool
+        Keep broadcast constants at their small stored shape in our plan
+        (:class:`~tvm_memsched.transform.ShrinkConstants` before legalization:
+        e.g. PReLU slopes). Identical constants are stored once either way.
     inline_padding : bool
         With ``shrink_workspace=False``: only inline padding and other
         element-wise stages (the former ``InlinePadding``).
@@ -274,6 +283,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from tvm import relax
 
     from ..relax.arena import plan_module
+    from ..relax.shrink_constants import shrink_constants as shrink_constants_
     from ..relax.shrink_workspace import ShrinkWorkspace
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
@@ -294,9 +304,12 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     shrink = ShrinkWorkspace(epilogues=shrink_workspace, target=target) \
         if (shrink_workspace or inline_padding) else None
     ours, tvms = planner == "tvm_memsched" or compare_default, planner == "tvm" or compare_default
+    mod_ours, constant_sites = shrink_constants_(mod) if (ours and shrink_constants) else (mod, [])
     with target:
-        fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering")
-        fused_ours = fused
+        fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering") \
+            if (tvms or mod_ours is mod) else None
+        fused_ours = fused if mod_ours is mod else \
+            _tvm_call(lambda: tvm.transform.Sequential(common)(mod_ours), "TVM's Relax lowering")
         kernel_passes = [shrink] if shrink is not None else []
         pre_ours = _tvm_call(lambda: tvm.transform.Sequential(kernel_passes + lower + [reorder] + middle)(fused_ours),
                              "the Relax pipeline") if ours else None
@@ -352,6 +365,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         kernels=len({c.kernel for c in prog.calls}), lower_bound_bytes=lower_bound,
         default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=mod, program=prog,
         shrunk_kernels=[r.to_dict() for r in shrink.report if r.steps] if (shrink and ours) else [],
+        shrunk_constants=[c.to_dict() for c in constant_sites] if planner == "tvm_memsched" else [],
         tvm_kernels_workspace_bytes=max(kernels["tvm"].workspace.values(), default=0) if "tvm" in kernels else None)
     if measure:
         from .firmware import measure as _measure

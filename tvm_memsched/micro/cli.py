@@ -44,6 +44,9 @@ def add_parser(subparsers):
     s.add_argument("--no-shrink-workspace", action="store_true",
                    help="keep TVM's kernels as fusion writes them (default: schedule them without full-size "
                         "temporaries: padding inlined, epilogues per output element)")
+    s.add_argument("--no-shrink-constants", action="store_true",
+                   help="keep constants as imported (default: broadcast constants such as PReLU slopes are stored "
+                        "at their small shape)")
     s.add_argument("--inline-padding", action="store_true",
                    help="with --no-shrink-workspace: only inline convolution padding and element-wise stages")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
@@ -98,6 +101,7 @@ def run(args) -> int:
               + f"; scheduled peak {rw.peak_before:,} -> {rw.peak_after:,} B")
     exp = export(mod, board, args.out, args.method, name=args.name, planner=args.planner,
                  time_limit=args.time_limit, shrink_workspace=not args.no_shrink_workspace,
+                 shrink_constants=not args.no_shrink_constants,
                  inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
                  progress=progress)

@@ -4,8 +4,8 @@ Both builds share the stages before the planner's inputs diverge (dispatch,
 legalization, fusion), then:
 
 * **default**: TVM's order and ``StaticPlanBlockMemory``;
-* **memsched**: ``ShrinkWorkspace`` on the kernels (unless turned off),
-  ``MemoryAwareReorder`` and ``ArenaPlanMemory``
+* **memsched**: ``ShrinkConstants`` on the operators and ``ShrinkWorkspace`` on
+  the kernels (unless turned off), ``MemoryAwareReorder`` and ``ArenaPlanMemory``
   (with ``rewrite=True``, on the module after
   :func:`~tvm_memsched.relax.rewrite.identity_rewrite`, so the numerical check
   covers the rewrites too).
@@ -37,6 +37,7 @@ from ..core.simulate import peak_bytes
 from .arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
 from .pipeline import as_target, pipeline, stages
+from .shrink_constants import shrink_constants as shrink_constants_
 from .workspace import WorkspaceMeter
 
 __all__ = ["Comparison", "compare", "random_inputs", "block_peaks", "run_vm"]
@@ -179,12 +180,13 @@ def run_vm(ex, inputs, func: str = "main") -> list[np.ndarray]:
 
 def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
             seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
-            rewrite=False, shrink_workspace: bool = True, **options) -> Comparison:
+            rewrite=False, shrink_workspace: bool = True, shrink_constants: bool = True, **options) -> Comparison:
     """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
 
     ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
     side first (``True``, or a dict of its options such as ``{"policy": "always"}``).
-    ``shrink_workspace=False`` keeps TVM's kernels on our side too.
+    ``shrink_workspace=False`` keeps TVM's kernels on our side too,
+    ``shrink_constants=False`` the constants as imported.
     """
     target = as_target(target)
     st = stages(target)
@@ -219,9 +221,11 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             r_mod, r_report = identity_rewrite(mod, **kw)
             rewrites = [asdict(site) for site in r_report.sites]
             o_mod = r_mod if rewrites else mod
+        if shrink_constants:
+            o_mod = shrink_constants_(o_mod)[0]
         m_base = fused if o_mod is mod else tvm.transform.Sequential(st["dispatch"] + st["legalize"])(o_mod)
         p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode,
-                     shrink_workspace=shrink_workspace, **options)
+                     shrink_workspace=shrink_workspace, shrink_constants=False, **options)
         reorder, arena = p.reorder, p.arena
         kernel_passes = ([p.shrink] if p.shrink is not None else []) + extra
         m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base

@@ -4,6 +4,8 @@
 (library dispatch, legalization and fusion, dataflow lowering, finalization)
 with
 
+* ``ShrinkConstants`` first, on the imported operators (constants at their
+  stored shape, not broadcast),
 * ``ShrinkWorkspace`` right after ``FuseTIR`` (kernels without full-size
   temporaries: padding inlined, epilogues per output element),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
@@ -27,7 +29,7 @@ import importlib
 import tvm
 from tvm import relax
 
-from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkWorkspace
+from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
 __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
 
@@ -68,14 +70,14 @@ def relax_unsupported(target):
 class MemschedPipeline:
     """The default pipeline with our kernel scheduling, reorder and arena planner (see :func:`pipeline`).
 
-    ``.rewrite`` (None unless asked for), ``.shrink``, ``.reorder`` and ``.arena``
-    are the pass instances (their ``.report`` tells what they did; None when
+    ``.rewrite`` (None unless asked for), ``.constants``, ``.shrink``, ``.reorder``
+    and ``.arena`` are the pass instances (their ``.report`` tells what they did; None when
     turned off), ``.passes`` the whole list.
     """
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False,
-                 shrink_workspace=True, **options):
+                 shrink_workspace=True, shrink_constants=True, **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.rewrite = None
@@ -86,7 +88,8 @@ class MemschedPipeline:
                                           target=self.target, progress=progress, **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target) if shrink_workspace else None
-        passes = ([self.rewrite] if self.rewrite is not None else []) + st["dispatch"] + st["legalize"] \
+        self.constants = ShrinkConstants() if shrink_constants else None
+        passes = [q for q in (self.rewrite, self.constants) if q is not None] + st["dispatch"] + st["legalize"] \
             + ([self.shrink] if self.shrink is not None else []) + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
@@ -112,17 +115,19 @@ class MemschedPipeline:
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, rewrite=False, shrink_workspace: bool = True,
-             **options) -> MemschedPipeline:
+             shrink_constants: bool = True, **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
     ``shrink_workspace=False`` keeps TVM's kernels as FuseTIR writes them (no
-    :class:`~tvm_memsched.transform.ShrinkWorkspace`); ``extra_passes`` run after FuseTIR (and after ``ShrinkWorkspace``); ``reorder=False`` or ``plan=False``
+    :class:`~tvm_memsched.transform.ShrinkWorkspace`), ``shrink_constants=False``
+    the constants as imported (no :class:`~tvm_memsched.transform.ShrinkConstants`);
+    ``extra_passes`` run after FuseTIR (and after ``ShrinkWorkspace``); ``reorder=False`` or ``plan=False``
     keep TVM's order or TVM's planner; ``rewrite=True`` (or a dict of
     :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the identity
     rewriting first, on the imported operators. Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
-                            extra_passes, progress, rewrite, shrink_workspace, **options)
+                            extra_passes, progress, rewrite, shrink_workspace, shrink_constants, **options)
 
 
 def build(mod, target=None, **options):

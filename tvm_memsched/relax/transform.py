@@ -10,7 +10,9 @@
   (:func:`tvm_memsched.relax.rewrite.identity_rewrite`); run it at operator level;
 * :class:`ShrinkWorkspace` schedules the kernels so that they keep no full-size
   temporaries (defined in :mod:`tvm_memsched.relax.shrink_workspace`);
-  :class:`InlinePadding` is its inlining step alone.
+  :class:`InlinePadding` is its inlining step alone;
+* :class:`ShrinkConstants` keeps broadcast constants at their small stored
+  shape (:mod:`tvm_memsched.relax.shrink_constants`); run it at operator level.
 
 Options are constructor arguments (pass-config keys cannot be registered from
 Python). After a pass has run, ``pass_instance.report`` holds what it did.
@@ -31,10 +33,12 @@ import tvm
 from .arena import plan_module
 from .reorder import reorder_module
 from .rewrite import identity_rewrite
+from .shrink_constants import ShrinkConstants
 from .shrink_workspace import ShrinkWorkspace
 from .workspace import WorkspaceMeter
 
-__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "IdentityRewrite"]
+__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "ShrinkConstants",
+           "IdentityRewrite"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")
