@@ -25,9 +25,15 @@ def model(body):
 
 
 def frontend_prelu(alpha):
-    """PReLU as TVM's TFLite frontend imports it: on the flattened tensor with a broadcast slope."""
+    """PReLU as TVM's TFLite frontend imports it: on the flattened tensor with a broadcast slope.
+
+    A float16 slope is cast to float32 first (the frontend's DEQUANTIZE of float16 weights).
+    """
     def body(bb, x):
-        a = bb.emit(relax.op.broadcast_to(relax.const(alpha), SHAPE))
+        a = relax.const(alpha)
+        if alpha.dtype == np.float16:
+            a = bb.emit(relax.op.astype(a, "float32"))
+        a = bb.emit(relax.op.broadcast_to(a, SHAPE))
         y = bb.emit(relax.op.nn.prelu(relax.op.reshape(x, [48]), relax.op.reshape(a, [48]), axis=0))
         return relax.op.reshape(y, SHAPE)
     return model(body)
@@ -58,12 +64,13 @@ def assert_bit_identical_builds(mod, new):
 @pytest.mark.parametrize("alpha, small, op", [
     (np.float32([0.25, -0.5, 2.0]), (3,), "relax.nn.prelu"),                        # per channel
     (np.float32([0.5]), (1,), "relax.nn.prelu"),                                     # one slope
+    (np.float16([0.25, -0.5, 1.5]), (3,), "relax.nn.prelu"),                         # float16 weights
     (np.arange(12, dtype="float32").reshape(4, 1, 3) / 7 - 0.5, (1, 4, 1, 3), "relax.where"),  # rows, channels
-], ids=["channel", "scalar", "two-axes"])
+], ids=["channel", "scalar", "float16", "two-axes"])
 def test_prelu_slope_back_at_its_small_shape(alpha, small, op):
     mod = frontend_prelu(alpha)
     new, report = shrink_constants(mod)
-    assert [(s.op, s.before_bytes, s.after_bytes) for s in report] == [("relax.nn.prelu", 192, alpha.nbytes)]
+    assert [(s.op, s.before_bytes, s.after_bytes) for s in report] == [("relax.nn.prelu", 192, 4 * alpha.size)]
     assert [c for c in constants(new) if c != ()] == [small]  # (where compares with a scalar zero)
     assert op in ops(new) and "relax.broadcast_to" not in ops(new)
     assert_bit_identical_builds(mod, new)

@@ -92,7 +92,7 @@ def smallest_broadcast(a: np.ndarray) -> np.ndarray:
 
 
 def constant_value(expr, var2val, depth: int = 8):
-    """The numpy value of ``expr`` if it is a constant, or a reshape / broadcast of one; else None."""
+    """The numpy value of ``expr`` if it is a constant, or a reshape / broadcast / exact cast of one; else None."""
     if isinstance(expr, tvm.ir.Constant) and hasattr(expr.value, "numpy"):
         return expr.value.numpy()
     if not isinstance(expr, relax.Var) or depth == 0 or expr not in var2val:
@@ -104,10 +104,13 @@ def constant_value(expr, var2val, depth: int = 8):
     if isinstance(value, relax.Var):
         return constant_value(value, var2val, depth - 1)
     if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) \
-            and value.op.name in ("relax.reshape", "relax.broadcast_to"):
+            and value.op.name in ("relax.reshape", "relax.broadcast_to", "relax.astype"):
         src = constant_value(value.args[0], var2val, depth - 1)
         if src is None:
             return None
+        if value.op.name == "relax.astype":  # exact conversions only (float16 weights -> float32, ...)
+            dtype = np.dtype(str(expr.ty.dtype))
+            return src.astype(dtype) if np.can_cast(src.dtype, dtype, casting="safe") else None
         if value.op.name == "relax.reshape":
             return src.reshape(shape) if src.size == int(np.prod(shape)) else None
         try:
