@@ -125,7 +125,8 @@ def _const(a: np.ndarray):
 
 
 def _prelu(call, var2val):
-    """``prelu(reshape(x, [N]), slope, axis=0)`` with a repeating slope -> the same on ``x`` with a small slope."""
+    """``prelu(reshape(x, [N]), slope, axis=0)`` with a repeating slope -> ``(prelu on x with a small slope,
+    x's shape, slope bytes before, after)``."""
     data, slope = call.args
     if int(call.attrs.axis) != 0 or not isinstance(data, relax.Var) or data not in var2val:
         return None
@@ -147,7 +148,7 @@ def _prelu(call, var2val):
     else:  # prelu takes a 1-D slope: its legalized expression, Select(x > 0, x, x * slope), as operators
         zero = relax.const(np.zeros((), small.dtype), str(small.dtype))
         out = relax.op.where(relax.op.greater(x, zero), x, relax.op.multiply(x, _const(small)))
-    return relax.op.reshape(out, static_shape(data.ty)), alpha.nbytes, small.nbytes
+    return out, shape, alpha.nbytes, small.nbytes
 
 
 def _elementwise(call, var2val):
@@ -166,19 +167,48 @@ def _elementwise(call, var2val):
     return relax.Call(call.op, args, call.attrs), before, after
 
 
+def _unflattening_user(var, bindings, shape):
+    """The only binding that reads ``var``, if it is ``reshape(var, shape)``; else None."""
+    users = [b for b in bindings
+             if any(isinstance(a, relax.Var) and a.same_as(var) for a in getattr(b.value, "args", ()))]
+    if len(users) != 1:
+        return None
+    v = users[0].value
+    if not (isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax.reshape"):
+        return None
+    return users[0] if static_shape(users[0].var.ty) == shape else None
+
+
 def _sites(func, k: int) -> dict:
-    """``{var: (new expr, op, bytes before, bytes after)}`` for block ``k`` of ``func``."""
+    """``{var: (new expr, site)}`` for block ``k`` of ``func``.
+
+    A rewritten ``prelu`` on a flattened tensor is reshaped back to ``[N]``; when the
+    only reader of its result is the frontend's reshape back to the tensor's shape,
+    that reader takes the unflattened result instead (no reshape pair is left over,
+    and the flattened binding becomes unused).
+    """
     var2val = relax.analysis.get_var2val(func)
+    bindings = list(func.body.blocks[k].bindings)
     out = {}
-    for b in func.body.blocks[k].bindings:
+    for b in bindings:
         v = b.value
         if not (isinstance(b, relax.VarBinding) and isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op)):
             continue
         name = v.op.name
-        found = _prelu(v, var2val) if name == "relax.nn.prelu" else \
-            _elementwise(v, var2val) if name in ELEMENTWISE else None
-        if found is not None:
-            out[b.var] = (found[0], name, found[1], found[2])
+        if name == "relax.nn.prelu":
+            found = _prelu(v, var2val)
+            if found is not None:
+                expr, shape, before, after = found
+                site = ConstantSite(b.var.name, name, before, after)
+                back = _unflattening_user(b.var, bindings, shape)
+                if back is not None:
+                    out[back.var] = (expr, site)
+                else:
+                    out[b.var] = (relax.op.reshape(expr, static_shape(b.var.ty)), site)
+        elif name in ELEMENTWISE:
+            found = _elementwise(v, var2val)
+            if found is not None:
+                out[b.var] = (found[0], ConstantSite(b.var.name, name, found[1], found[2]))
     return out
 
 
@@ -196,11 +226,11 @@ def shrink_constants(mod):
             sites = _sites(new_func, k)
             if not sites:
                 continue
-            replaced = replace_bindings(new_func, k, {var: s[0] for var, s in sites.items()})
+            replaced = replace_bindings(new_func, k, {var: expr for var, (expr, _) in sites.items()})
             if replaced is None:  # a type would change: keep the block
                 continue
             new_func = replaced
-            report += [ConstantSite(var.name, op, before, after) for var, (_, op, before, after) in sites.items()]
+            report += [site for _, site in sites.values()]
         if new_func is not func:
             if new_mod is mod:
                 new_mod = mod.clone()
