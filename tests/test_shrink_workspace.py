@@ -80,6 +80,8 @@ def test_conv_with_padding_bias_and_relu_keeps_no_temporary():
     before, after = lowered_workspace_bytes(func, LLVM), lowered_workspace_bytes(new, LLVM)
     assert before >= 10 * 10 * 8 * 4 and after <= 4  # the accumulator of one output element
     assert_bit_identical(run_kernel(func, 1.0), run_kernel(new, -1.0))
+    again, steps = sw.shrink_func(new)  # an already scheduled kernel is left alone
+    assert again.same_as(new) and steps == []
 
 
 def test_epilogue_wider_than_its_reduction_is_computed_inside_it():
