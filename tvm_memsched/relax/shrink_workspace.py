@@ -61,7 +61,7 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import tvm
 from tvm import s_tir, tirx
@@ -375,7 +375,7 @@ class KernelWorkspace:
         return self.before - self.after
 
     def to_dict(self) -> dict:
-        return {"kernel": self.kernel, "before": self.before, "after": self.after, "steps": list(self.steps)}
+        return asdict(self)
 
 
 def shrink_workspace(mod, target=None, epilogues: bool = True):
