@@ -187,8 +187,10 @@ def test_export_is_deterministic(tmp_path):
         assert filecmp.cmp(a.files[kind], b.files[kind], shallow=False), kind
 
 
-def test_workspace_overflow_fails_cleanly(irregular, tmp_path):
+def test_workspace_overflow_fails_cleanly(tmp_path):
     """The runtime refuses a workspace request that does not fit the planned region (no silent overwrite)."""
+    irregular = micro.export(random_module(seed=3, n_ops=14), "mps2-an386", str(tmp_path / "ws"), measure=False,
+                             shrink_workspace=False)  # TVM's kernels: they ask for workspace
     out = tmp_path / "tampered"
     shutil.copytree(irregular.out_dir, out)
     src = (out / "model.c").read_text()
@@ -254,11 +256,16 @@ def test_tvm_default_plan_runs_where_it_fits(tmp_path):
     assert micro.run_host(exp).ok
 
 
-def test_inline_padding_shrinks_workspace(tmp_path):
-    plain = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path / "a"), measure=False)
-    inlined = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path / "b"), measure=False, inline_padding=True)
+def test_shrink_workspace_shrinks_workspace(tmp_path):
+    plain = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path / "a"), measure=False, shrink_workspace=False)
+    inlined = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path / "b"), measure=False,
+                           shrink_workspace=False, inline_padding=True)
+    shrunk = micro.export(nas_cell(size=16), "mps2-an386", str(tmp_path / "c"), measure=False, compare_default=True)
     assert inlined.workspace_bytes < plain.workspace_bytes and inlined.arena_bytes < plain.arena_bytes
-    assert micro.run_host(inlined).ok
+    assert shrunk.workspace_bytes < inlined.workspace_bytes and shrunk.arena_bytes <= inlined.arena_bytes
+    assert shrunk.tvm_kernels_workspace_bytes == plain.workspace_bytes and shrunk.shrunk_kernels
+    assert "(ShrinkWorkspace); largest workspace" in shrunk.summary()
+    assert micro.run_host(inlined).ok and micro.run_host(shrunk).ok
 
 
 # ----------------------------------------------------------------- bad input

@@ -57,8 +57,9 @@ print(micro.boards_table())
 board = micro.get_board("nrf52840dk")
 print(f"\ntarget: {board.description}; runs in QEMU as {board.qemu_stand_in}\n")
 
-# 3. Export: our pipeline (memory-aware order + one arena holding every tensor and every kernel's
-#    workspace), TVM's C code generator for the kernels, flash/stack measured with arm-none-eabi-gcc.
+# 3. Export: our pipeline (kernels scheduled without full-size temporaries, memory-aware order + one
+#    arena holding every tensor and every kernel's workspace), TVM's C code generator for the kernels,
+#    flash/stack measured with arm-none-eabi-gcc.
 exp = micro.export(mod, board, os.path.join(out_root, "ours"), compare_default=True)
 print(exp.summary())
 assert exp.fits and not exp.default_fits

@@ -43,7 +43,14 @@ def add_parser(subparsers):
                    help="export our plan (default) or TVM's order and StaticPlanBlockMemory plan")
     s.add_argument("--compare-default", action="store_true",
                    help="also plan with TVM's default order and planner and compare both against the board")
-    s.add_argument("--inline-padding", action="store_true", help="inline convolution padding (less workspace)")
+    s.add_argument("--no-shrink-workspace", action="store_true",
+                   help="keep TVM's kernels as fusion writes them (default: schedule them without full-size "
+                        "temporaries: padding inlined, epilogues per output element)")
+    s.add_argument("--no-shrink-constants", action="store_true",
+                   help="keep constants as imported (default: broadcast constants such as PReLU slopes are stored "
+                        "at their small shape)")
+    s.add_argument("--inline-padding", action="store_true",
+                   help="with --no-shrink-workspace: only inline convolution padding and element-wise stages")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
                    help="identity graph rewriting first (policy, default if-better); --run then checks "
                         "the outputs against TVM on the original model")
@@ -90,7 +97,9 @@ def run(args) -> int:
         print(f"identity rewrites: {len(rw.sites)}" + (f" ({', '.join(rules)})" if rules else "")
               + f"; scheduled peak {rw.peak_before:,} -> {rw.peak_after:,} B")
     exp = export(mod, board, args.out, args.method, name=args.name, planner=args.planner,
-                 time_limit=args.time_limit, inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
+                 time_limit=args.time_limit, shrink_workspace=not args.no_shrink_workspace,
+                 shrink_constants=not args.no_shrink_constants,
+                 inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
                  progress=progress_for(args))
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))

@@ -94,6 +94,9 @@ class MicroExport:
     kernel_calls: int
     kernels: int
     lower_bound_bytes: int = 0
+    shrunk_kernels: list = field(default_factory=list)
+    shrunk_constants: list = field(default_factory=list)
+    tvm_kernels_workspace_bytes: int | None = None
     flash_bytes: int | None = None
     static_ram_bytes: int | None = None
     stack_bytes: int | None = None
@@ -153,8 +156,18 @@ class MicroExport:
                     (": fits" if self.flash_bytes <= b.flash_bytes else ": does not fit"))
                  + f" (constants {self.params_bytes:,} B)",
                  f"  {self.kernel_calls} kernel calls, {self.kernels} kernels; files in {self.out_dir}"]
+        if self.planner == "tvm_memsched":
+            line = (f"  kernels        {len(self.shrunk_kernels)} scheduled without full-size temporaries "
+                    f"(ShrinkWorkspace); largest workspace {self.workspace_bytes:,} B")
+            if self.tvm_kernels_workspace_bytes is not None:
+                line += f" (TVM's kernels: {self.tvm_kernels_workspace_bytes:,} B)"
+            lines.insert(-1, line)
+        if self.shrunk_constants:
+            saved = sum(c["before_bytes"] - c["after_bytes"] for c in self.shrunk_constants)
+            lines.insert(-1, f"  constants      {len(self.shrunk_constants)} broadcast constants kept at their small "
+                             f"shape (ShrinkConstants): {saved:,} B less flash")
         if self.int8:
-            lines.append("  " + self.int8["summary"])
+            lines.insert(-1, "  " + self.int8["summary"])
         if self.default is not None and self.ours is not None:
             lines.append(fit_report(self))
         return "\n".join(lines)
@@ -213,25 +226,25 @@ def _called_kernels(func, prims: set) -> list[str]:
     return names
 
 
-def _split_pipeline(target, method, time_limit, alignment, inline_padding, progress, options):
-    """(common passes, reorder pass, passes from the reorder to the planner, TVM's planner pass)."""
+def _split_pipeline(target, method, time_limit, alignment, progress, options):
+    """TVM's passes up to FuseTIR, from there to the reorder, the reorder, to the planner; TVM's planner."""
     from ..relax.pipeline import pipeline
     from ..relax.target import stages
-    from ..relax.transform import InlinePadding
 
-    extra = [InlinePadding()] if inline_padding else []
     p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
-                 extra_passes=extra, progress=progress, workspace_shared=True, int8=False, **options)
+                 progress=progress, workspace_shared=True, int8=False, shrink_workspace=False,
+                 shrink_constants=False, **options)
     names = p.pass_names()
-    i, k = names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
+    f, i, k = names.index("FuseTIR"), names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
-    return p.passes[:i], p.reorder, p.passes[i + 1:k], tvm_planner
+    return p.passes[:f + 1], p.passes[f + 1:i], p.reorder, p.passes[i + 1:k], tvm_planner
 
 
 def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model", planner: str = "tvm_memsched",
-           time_limit: float | None = None, alignment: int = 16, inline_padding: bool = False,
-           exact_arena: bool = True, compare_default: bool = False, measure: bool = True, check_fit: bool = True,
-           progress=None, int8: bool = True, **options) -> MicroExport:
+           time_limit: float | None = None, alignment: int = 16, shrink_workspace: bool = True,
+           shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
+           compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
+           int8: bool = True, **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
     Parameters
@@ -248,8 +261,19 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         Our order and arena plan, or TVM's order and ``StaticPlanBlockMemory``.
     alignment : int
         Alignment of every tensor and workspace region in the arena.
+    shrink_workspace : bool
+        Schedule our plan's kernels without full-size temporaries
+        (:class:`~tvm_memsched.transform.ShrinkWorkspace` after fusion: padding
+        read through index arithmetic, epilogues per output element). False
+        keeps the kernels as TVM's fusion writes them. TVM's plan
+        (``planner="tvm"`` and ``compare_default``) always uses TVM's kernels.
+    shrink_constants : bool
+        Keep broadcast constants at their small stored shape in our plan
+        (:class:`~tvm_memsched.transform.ShrinkConstants` before legalization:
+        e.g. PReLU slopes). Identical constants are stored once either way.
     inline_padding : bool
-        Run ``InlinePadding`` after fusion (removes conv padding copies).
+        With ``shrink_workspace=False``: only inline padding and other
+        element-wise stages (the former ``InlinePadding``).
     exact_arena : bool
         Place the tensors with CP-SAT (needs OR-Tools) when the greedy placement
         misses the live-peak bound: often a much smaller arena. The search is
@@ -263,10 +287,12 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         Raise :class:`DoesNotFitError` (with the numbers) when the model does not
         fit the board. The files are written either way.
     int8 : bool
-        Lower quantized (dequantize/quantize) operator groups to TFLite's exact
-        integer kernels first (:func:`tvm_memsched.relax.int8.lower.lower_int8`);
-        no effect on float models. ``.mod`` of the result is the lowered module,
-        the reference for checking runs; ``.int8`` says what was lowered.
+        Lower quantized (dequantize/quantize) operator groups of our side to
+        TFLite's exact integer kernels first
+        (:func:`tvm_memsched.relax.int8.lower.lower_int8`); no effect on float
+        models, nor on TVM's side. ``.mod`` of the result is the module our
+        export computes (the lowered one), the reference for checking runs;
+        ``.int8`` says what was lowered.
 
     Raises :class:`UnsupportedError` for models the C export cannot handle.
     """
@@ -274,6 +300,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from tvm import relax
 
     from ..relax.arena import plan_module
+    from ..relax.shrink_constants import shrink_constants as shrink_constants_
+    from ..relax.shrink_workspace import ShrinkWorkspace
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
 
@@ -287,35 +315,42 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     _check_signature(mod["main"])
     target = tvm.target.Target(board.tvm_target())
     seconds = {}
-    int8_report = None
-    if int8:
+    t0 = time.perf_counter()
+    common, lower, reorder, middle, tvm_planner = _split_pipeline(target, method, time_limit, alignment, progress,
+                                                                  options)
+    shrink = ShrinkWorkspace(epilogues=shrink_workspace, target=target) \
+        if (shrink_workspace or inline_padding) else None
+    ours, tvms = planner == "tvm_memsched" or compare_default, planner == "tvm" or compare_default
+    mod_ours, int8_report = mod, None
+    if ours and int8:
         from ..relax.int8.lower import lower_int8
 
-        t0 = time.perf_counter()
-        mod, int8_report = _tvm_call(lambda: lower_int8(mod), "int8 lowering")
-        seconds["int8"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    common, reorder, middle, tvm_planner = _split_pipeline(target, method, time_limit, alignment, inline_padding,
-                                                           progress, options)
+        t_int8 = time.perf_counter()
+        mod_ours, int8_report = _tvm_call(lambda: lower_int8(mod), "int8 lowering")
+        seconds["int8"] = time.perf_counter() - t_int8
+    reference = mod_ours if planner == "tvm_memsched" else mod
+    mod_ours, constant_sites = shrink_constants_(mod_ours) if (ours and shrink_constants) else (mod_ours, [])
     with target:
-        fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering")
-        pre_ours = _tvm_call(lambda: tvm.transform.Sequential([reorder] + middle)(fused), "the Relax pipeline") \
-            if (planner == "tvm_memsched" or compare_default) else None
-        pre_tvm = _tvm_call(lambda: tvm.transform.Sequential(middle)(fused), "the Relax pipeline") \
-            if (planner == "tvm" or compare_default) else None
+        fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering") \
+            if (tvms or mod_ours is mod) else None
+        fused_ours = fused if mod_ours is mod else \
+            _tvm_call(lambda: tvm.transform.Sequential(common)(mod_ours), "TVM's Relax lowering")
+        kernel_passes = [shrink] if shrink is not None else []
+        pre_ours = _tvm_call(lambda: tvm.transform.Sequential(kernel_passes + lower + [reorder] + middle)(fused_ours),
+                             "the Relax pipeline") if ours else None
+        pre_tvm = _tvm_call(lambda: tvm.transform.Sequential(lower + middle)(fused), "the Relax pipeline") \
+            if tvms else None
     seconds["relax"] = time.perf_counter() - t0
-    any_pre = pre_ours if pre_ours is not None else pre_tvm
-    prims = {gv.name_hint for gv, f in any_pre.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
-    names = []
-    for pre in (pre_ours, pre_tvm):
-        if pre is not None:
-            names += [n for n in _called_kernels(pre["main"], prims) if n not in names]
     t0 = time.perf_counter()
-    kernels = compile_kernels(any_pre, names, target, prefix=name)
+    kernels = {}
+    for key, pre in (("tvm_memsched", pre_ours), ("tvm", pre_tvm)):
+        if pre is not None:
+            prims = {gv.name_hint for gv, f in pre.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+            kernels[key] = compile_kernels(pre, _called_kernels(pre["main"], prims), target, prefix=name)
     seconds["kernels"] = time.perf_counter() - t0
 
     def ws(gv):
-        return kernels.workspace.get(gv.name_hint, 0)
+        return kernels["tvm_memsched"].workspace.get(gv.name_hint, 0)
 
     t0 = time.perf_counter()
     programs, plans, lower_bound = {}, {}, 0
@@ -327,7 +362,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
         ncalls = sum(1 for c in _iter_calls(planned["main"]))
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
-        prog = translate(planned["main"], kernels, workspace=workspace, alignment=alignment, prefix=name)
+        prog = translate(planned["main"], kernels["tvm_memsched"], workspace=workspace, alignment=alignment,
+                         prefix=name)
         lower_bound = sum(rep.lower_bound_bytes.values())
         programs["tvm_memsched"] = prog
         plans["tvm_memsched"] = PlanSizes("tvm_memsched", prog.arena_bytes, prog.storage_bytes, prog.max_workspace,
@@ -335,14 +371,14 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     if pre_tvm is not None:
         with target:
             planned_tvm = _tvm_call(lambda: tvm_planner(pre_tvm), "StaticPlanBlockMemory")
-        prog = translate(planned_tvm["main"], kernels, workspace=None, alignment=alignment, prefix=name)
+        prog = translate(planned_tvm["main"], kernels["tvm"], workspace=None, alignment=alignment, prefix=name)
         programs["tvm"] = prog
         plans["tvm"] = PlanSizes("tvm default", prog.arena_bytes, prog.storage_bytes, prog.workspace_bytes,
                                  len(prog.calls))
     seconds["plan"] = time.perf_counter() - t0
     prog = programs[planner]
     prog.comment = _comment(board, planner, method, prog, lower_bound if planner == "tvm_memsched" else 0)
-    files = _write(out_dir, name, prog, kernels)
+    files = _write(out_dir, name, prog, kernels[planner])
     io_bytes = sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
         sum(tensor_nbytes(s, d) for s, d in prog.outputs)
     exp = MicroExport(
@@ -352,8 +388,11 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         workspace_bytes=prog.max_workspace, io_bytes=io_bytes,
         params_bytes=sum(int(a.nbytes) for a in prog.params), kernel_calls=len(prog.calls),
         kernels=len({c.kernel for c in prog.calls}), lower_bound_bytes=lower_bound,
-        default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=mod, program=prog,
-        int8=int8_report.to_dict() if int8_report is not None and int8_report.total else None)
+        default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=reference, program=prog,
+        int8=int8_report.to_dict() if int8_report is not None and int8_report.total else None,
+        shrunk_kernels=[r.to_dict() for r in shrink.report if r.steps] if (shrink and ours) else [],
+        shrunk_constants=[c.to_dict() for c in constant_sites] if planner == "tvm_memsched" else [],
+        tvm_kernels_workspace_bytes=max(kernels["tvm"].workspace.values(), default=0) if "tvm" in kernels else None)
     if measure:
         from .firmware import measure as _measure
 

@@ -16,8 +16,9 @@ translated as follows:
 * ``R.reshape`` / ``R.memory.view`` / var aliases / match-casts: the same
   memory with a new shape; tuples and tuple items: structure;
 * ``R.builtin.alloc_tensor`` (a result of ``main``): the caller's output buffer;
-* relax constants: ``const`` arrays in ``<prefix>_params.c`` (flash), shared
-  when equal; function parameters: the ``inputs`` array.
+* relax constants: ``const`` arrays in ``<prefix>_params.c`` (flash), one per
+  distinct content (dtype and bytes, by SHA-256, whatever the shape); function
+  parameters: the ``inputs`` array.
 
 Anything else (control flow, dynamic shapes, packed calls, calls to other Relax
 functions, unsupported dtypes) raises :class:`UnsupportedError`. DLTensors and
@@ -27,6 +28,7 @@ DLTensors over caller buffers live in RAM.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -403,13 +405,14 @@ class _Translator:
 
     # --------------------------------------------------------------- helpers
     def const(self, c) -> Tensor:
-        arr = c.value.numpy()
-        ty = c.ty
-        dtype = check_dtype(ty, "a constant")
-        key = (dtype, arr.shape, arr.tobytes())
+        """The constant ``c`` as a tensor over a ``param`` array; equal arrays (same dtype and bytes,
+        whatever their shapes) share one."""
+        arr = np.ascontiguousarray(c.value.numpy())
+        dtype = check_dtype(c.ty, "a constant")
+        key = (dtype, arr.nbytes, hashlib.sha256(arr.tobytes()).digest())
         if key not in self.param_index:
             self.param_index[key] = len(self.params)
-            self.params.append(np.ascontiguousarray(arr))
+            self.params.append(arr)
         return Tensor(("param", self.param_index[key]), 0, tuple(arr.shape), dtype)
 
     def value(self, expr, what: str):

@@ -4,9 +4,11 @@ Both builds share the stages before the planner's inputs diverge (dispatch,
 legalization, fusion), then:
 
 * **default**: TVM's order and ``StaticPlanBlockMemory``;
-* **memsched**: ``MemoryAwareReorder`` and ``ArenaPlanMemory`` (with
-  ``rewrite=True``, on the module after :func:`~tvm_memsched.relax.rewrite.identity_rewrite`,
-  so the numerical check covers the rewrites too).
+* **memsched**: ``ShrinkConstants`` on the operators and ``ShrinkWorkspace`` on
+  the kernels (unless turned off), ``MemoryAwareReorder`` and ``ArenaPlanMemory``
+  (with ``rewrite=True``, on the module after
+  :func:`~tvm_memsched.relax.rewrite.identity_rewrite`, so the numerical check
+  covers the rewrites too).
 
 Planned bytes are measured from the lowered modules (the ``alloc_storage``
 sizes right after planning; function outputs are not planned by either). The
@@ -35,6 +37,7 @@ from ..core.simulate import peak_bytes
 from .arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
 from .pipeline import pipeline
+from .shrink_constants import shrink_constants as shrink_constants_
 from .target import as_target, stages
 from .workspace import WorkspaceMeter
 
@@ -202,7 +205,8 @@ def time_vm(ex, inputs, func: str = "main", repeat: int = 5) -> float:
 
 def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
             seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
-            rewrite=False, int8: bool = True, repeat: int = 5, **options) -> Comparison:
+            rewrite=False, int8: bool = True, repeat: int = 5, shrink_workspace: bool = True,
+            shrink_constants: bool = True, **options) -> Comparison:
     """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
 
     ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
@@ -213,6 +217,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     against TVM's default build of the lowered module (same arithmetic), and
     the integer difference to TVM's float emulation is reported. ``repeat``:
     runs of each executable for the median run time (0 skips timing).
+    ``shrink_workspace=False`` keeps TVM's kernels on our side too,
+    ``shrink_constants=False`` the constants as imported.
     """
     target = as_target(target)
     st = stages(target)
@@ -236,7 +242,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         d_final = tvm.transform.Sequential(st["finalize"][k + 1:])(d_planned_mod)
         d_ex = tvm.compile(d_final, target, relax_pipeline=None)
         t_default = time.perf_counter() - t0 + t_common
-        # ---- ours (extra passes such as InlinePadding run after FuseTIR, as in pipeline())
+        # ---- ours (ShrinkWorkspace and extra passes run after FuseTIR, as in pipeline())
         t0 = time.perf_counter()
         ours_mod, int8_report = mod, None
         if int8:
@@ -254,11 +260,15 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             r_mod, r_report = identity_rewrite(ours_mod, **kw)
             rewrites = [asdict(site) for site in r_report.sites]
             ours_mod = r_mod if rewrites else ours_mod
+        if shrink_constants:
+            ours_mod = shrink_constants_(ours_mod)[0]
         m_base = fused if ours_mod is mod else tvm.transform.Sequential(st["dispatch"] + st["legalize"])(ours_mod)
-        m_fused = tvm.transform.Sequential(extra)(m_base) if extra else m_base
-        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (extra or m_base is not fused) else meter
-        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False, **options)
+        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
+                     shrink_workspace=shrink_workspace, shrink_constants=False, **options)
         reorder, arena = p.reorder, p.arena
+        kernel_passes = ([p.shrink] if p.shrink is not None else []) + extra
+        m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
+        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
         m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
         m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter)
         m_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(m_lowered)

@@ -4,6 +4,10 @@
 (library dispatch, legalization and fusion, dataflow lowering, finalization)
 with
 
+* ``ShrinkConstants`` first, on the imported operators (constants at their
+  stored shape, not broadcast),
+* ``ShrinkWorkspace`` right after ``FuseTIR`` (kernels without full-size
+  temporaries: padding inlined, epilogues per output element),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
   re-orders bindings, and reshapes are views by then), and
 * ``ArenaPlanMemory`` in place of ``StaticPlanBlockMemory``.
@@ -14,8 +18,8 @@ Example
 -------
 >>> import tvm
 >>> p = pipeline({"kind": "llvm"}, method="rpo")
->>> [n for n in p.pass_names() if n in ("FuseTIR", "MemoryAwareReorder", "ArenaPlanMemory")]
-['FuseTIR', 'MemoryAwareReorder', 'ArenaPlanMemory']
+>>> [n for n in p.pass_names() if n in ("FuseTIR", "ShrinkWorkspace", "MemoryAwareReorder", "ArenaPlanMemory")]
+['FuseTIR', 'ShrinkWorkspace', 'MemoryAwareReorder', 'ArenaPlanMemory']
 """
 
 from __future__ import annotations
@@ -24,22 +28,23 @@ import tvm
 
 from .int8.lower import IntegerLowering
 from .target import as_target, stages
-from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder
+from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
 __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemschedPipeline")
 class MemschedPipeline:
-    """The default pipeline with our reorder and arena planner (see :func:`pipeline`).
+    """The default pipeline with our kernel scheduling, reorder and arena planner (see :func:`pipeline`).
 
-    ``.rewrite`` (None unless asked for), ``.reorder`` and ``.arena`` are the pass
-    instances (their ``.report`` tells what they did), ``.passes`` the whole list.
+    ``.rewrite`` (None unless asked for), ``.constants``, ``.shrink``, ``.reorder``
+    and ``.arena`` are the pass instances (their ``.report`` tells what they did; None when
+    turned off), ``.passes`` the whole list.
     """
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
-                 **options):
+                 shrink_workspace=True, shrink_constants=True, **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.int8 = IntegerLowering() if int8 else None
@@ -50,9 +55,10 @@ class MemschedPipeline:
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
                                           target=self.target, progress=progress, **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena) if plan else None
-        passes = ([self.int8] if self.int8 is not None else []) \
-            + ([self.rewrite] if self.rewrite is not None else []) + st["dispatch"] + st["legalize"] \
-            + list(extra_passes)
+        self.shrink = ShrinkWorkspace(target=self.target) if shrink_workspace else None
+        self.constants = ShrinkConstants() if shrink_constants else None
+        passes = [q for q in (self.int8, self.rewrite, self.constants) if q is not None] + st["dispatch"] \
+            + st["legalize"] + ([self.shrink] if self.shrink is not None else []) + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
             if p.info.name == "RewriteDataflowReshape" and self.reorder is not None:
@@ -76,19 +82,23 @@ class MemschedPipeline:
 
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
-             extra_passes=(), progress=None, rewrite=False, int8: bool = True, **options) -> MemschedPipeline:
-    """TVM's default Relax pipeline for ``target`` with our reorder and arena planner.
+             extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
+             shrink_constants: bool = True, **options) -> MemschedPipeline:
+    """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
-    ``extra_passes`` run after FuseTIR (e.g. ``InlinePadding()``); ``reorder=False``
-    or ``plan=False`` keep TVM's order or TVM's planner; ``rewrite=True`` (or a
-    dict of :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the
-    identity rewriting first, on the imported operators. ``int8=True`` (default)
-    first lowers quantized (dequantize/quantize) operator groups to TFLite's exact
-    integer kernels (:class:`~tvm_memsched.relax.int8.lower.IntegerLowering`; a
-    no-op on float models). Other options go to the scheduler.
+    ``int8=True`` (default) first lowers quantized (dequantize/quantize) operator
+    groups to TFLite's exact integer kernels
+    (:class:`~tvm_memsched.relax.int8.lower.IntegerLowering`; a no-op on float
+    models). ``shrink_workspace=False`` keeps TVM's kernels as FuseTIR writes them (no
+    :class:`~tvm_memsched.transform.ShrinkWorkspace`), ``shrink_constants=False``
+    the constants as imported (no :class:`~tvm_memsched.transform.ShrinkConstants`);
+    ``extra_passes`` run after FuseTIR (and after ``ShrinkWorkspace``); ``reorder=False`` or ``plan=False``
+    keep TVM's order or TVM's planner; ``rewrite=True`` (or a dict of
+    :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the identity
+    rewriting first, on the imported operators. Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
-                            extra_passes, progress, rewrite, int8, **options)
+                            extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, **options)
 
 
 def build(mod, target=None, **options):

@@ -7,7 +7,12 @@
   (:func:`tvm_memsched.relax.arena.plan_module`);
 * :class:`IdentityRewrite` applies exact graph rewrites (SERENITY's channel- and
   kernel-wise partitioning and more) where they lower the scheduled peak
-  (:func:`tvm_memsched.relax.rewrite.identity_rewrite`); run it at operator level.
+  (:func:`tvm_memsched.relax.rewrite.identity_rewrite`); run it at operator level;
+* :class:`ShrinkWorkspace` schedules the kernels so that they keep no full-size
+  temporaries (defined in :mod:`tvm_memsched.relax.shrink_workspace`);
+  :class:`InlinePadding` is its inlining step alone;
+* :class:`ShrinkConstants` keeps broadcast constants at their small stored
+  shape (:mod:`tvm_memsched.relax.shrink_constants`); run it at operator level.
 
 Options are constructor arguments (pass-config keys cannot be registered from
 Python). After a pass has run, ``pass_instance.report`` holds what it did.
@@ -27,12 +32,14 @@ import tvm
 
 from .arena import plan_module
 from .int8.lower import IntegerLowering
-from .inline import inline_padding
 from .reorder import reorder_module
 from .rewrite import identity_rewrite
+from .shrink_constants import ShrinkConstants
+from .shrink_workspace import ShrinkWorkspace
 from .workspace import WorkspaceMeter
 
-__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "InlinePadding", "IdentityRewrite", "IntegerLowering"]
+__all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "ShrinkConstants",
+           "IdentityRewrite", "IntegerLowering"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")
@@ -110,21 +117,15 @@ class ArenaPlanMemory:
         return new_mod
 
 
-@tvm.transform.module_pass(opt_level=0, name="InlinePadding")
-class InlinePadding:
-    """Inline padding / copy stages of kernels into their consumers (run after FuseTIR).
+def InlinePadding(target=None):  # noqa: N802 - a pass constructor, named like one
+    """``ShrinkWorkspace(epilogues=False)``: inline padding and other element-wise stages only.
 
-    Removes buffers such as a conv2d's ``pad_temp`` (kernel workspace) at the cost
-    of a bounds test in the convolution's loop. ``report`` maps each changed
-    PrimFunc to the bytes saved.
+    The former ``InlinePadding`` pass (superseded by :class:`ShrinkWorkspace`,
+    which also moves epilogues under their reductions and is on by default in
+    :func:`~tvm_memsched.relax.pipeline.pipeline`). ``saved`` maps each changed
+    kernel to the bytes saved.
     """
-
-    def __init__(self):
-        self.report = {}
-
-    def transform_module(self, mod, ctx):
-        new_mod, self.report = inline_padding(mod)
-        return new_mod
+    return ShrinkWorkspace(epilogues=False, target=target)
 
 
 @tvm.transform.module_pass(opt_level=0, name="IdentityRewrite")

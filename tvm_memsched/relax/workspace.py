@@ -34,7 +34,8 @@ import tvm
 from tvm import tirx
 from tvm.s_tir import SBlock, SBlockRealize
 
-__all__ = ["internal_allocations", "workspace_bytes", "WorkspaceMeter"]
+__all__ = ["internal_allocations", "workspace_bytes", "lowered_workspace_bytes", "lower_func", "WorkspaceMeter",
+           "walk_stmts"]
 
 
 def _buffer_bytes(buf) -> int:
@@ -47,7 +48,8 @@ def _buffer_bytes(buf) -> int:
     return n * dt.bits * dt.lanes // 8
 
 
-def _walk(stmt, visit) -> None:
+def walk_stmts(stmt, visit) -> None:
+    """Call ``visit`` on ``stmt`` and every statement below it (blocks, loops, sequences, ifs)."""
     stack = [stmt]
     while stack:
         s = stack.pop()
@@ -82,7 +84,7 @@ def internal_allocations(prim_func) -> list[tuple[str, str, int]]:
             b = s.buffer
             out.append((b.name, b.scope(), _buffer_bytes(b)))
 
-    _walk(prim_func.body, visit)
+    walk_stmts(prim_func.body, visit)
     return out
 
 
@@ -115,24 +117,30 @@ class WorkspaceMeter:
         if not isinstance(func, tirx.PrimFunc):
             self.cache[name] = 0
             return 0
-        if self.mode == "lowered":
-            try:
-                func = self._lower(name, func)
-            except Exception:  # lowering a lone kernel can fail on exotic functions: fall back
-                pass
-        self.cache[name] = workspace_bytes(func)
+        self.cache[name] = lowered_workspace_bytes(func, self.target, name) if self.mode == "lowered" \
+            else workspace_bytes(func)
         return self.cache[name]
 
-    def _lower(self, name, func):
-        target = self.target
-        if isinstance(target, dict):
-            target = tvm.target.Target(target)
-        if func.attrs is None or "global_symbol" not in func.attrs:
-            func = func.with_attr("global_symbol", name)
-        mod = tvm.IRModule({name: func})
-        pipeline = tirx.get_default_tir_pipeline(target)
-        if isinstance(pipeline, tuple):
-            pipeline = pipeline[0]
-        with target:
-            lowered = pipeline(tirx.transform.BindTarget(target.with_host(target))(mod))
-        return lowered[name]
+
+def lower_func(func, target, name: str = "main"):
+    """``func`` after TVM's default TIR pipeline for ``target`` (what runs on the device)."""
+    if isinstance(target, dict):
+        target = tvm.target.Target(target)
+    if func.attrs is None or "global_symbol" not in func.attrs:
+        func = func.with_attr("global_symbol", name)
+    mod = tvm.IRModule({name: func})
+    pipeline = tirx.get_default_tir_pipeline(target)
+    if isinstance(pipeline, tuple):
+        pipeline = pipeline[0]
+    with target:
+        lowered = pipeline(tirx.transform.BindTarget(target.with_host(target))(mod))
+    return lowered[name]
+
+
+def lowered_workspace_bytes(func, target, name: str = "main") -> int:
+    """:func:`workspace_bytes` of ``func`` lowered for ``target`` (unlowered if lowering fails)."""
+    try:
+        func = lower_func(func, target, name)
+    except Exception:  # lowering a lone kernel can fail on exotic functions: fall back
+        pass
+    return workspace_bytes(func)

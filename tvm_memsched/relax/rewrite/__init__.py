@@ -134,7 +134,7 @@ from .commute import (BINARY_OPS, POOL_OPS, REDUCE_OPS, UNARY_OPS, batch_norm_co
                       concat_pair_binary, pool_commute, reduce_commute, reshape_commute, strided_slice_commute,
                       unary_commute)
 from .context import CONCAT, CONCAT_B, ConcatInfo, RuleContext, concat_info, slice_along, weight_params
-from .engine import canonicalize, duplicate_groups, merge_duplicates, replace_binding
+from .engine import canonicalize, duplicate_groups, merge_duplicates, replace_binding, replace_bindings
 from .flatten import concat_flatten
 from .partition import conv_channel_partition, grouped_conv_partition, matmul_partition
 from .registry import MERGE, RULES, Rule, available_rules, get_rules, register, register_rule
@@ -148,6 +148,6 @@ __all__ = [
     # the rules
     "conv_channel_partition", "grouped_conv_partition", "matmul_partition", "concat_flatten", "unary_commute",
     "broadcast_binary_commute", "concat_pair_binary", "pool_commute", "reduce_commute", "batch_norm_commute",
-    "strided_slice_commute", "reshape_commute", "replace_binding", "canonicalize", "slice_along", "weight_params",
+    "strided_slice_commute", "reshape_commute", "replace_binding", "replace_bindings", "canonicalize", "slice_along", "weight_params",
     "duplicate_groups", "merge_duplicates", "MERGE", "Evaluator", "LEVELS", "SEARCHES",
 ]

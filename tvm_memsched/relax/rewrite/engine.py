@@ -31,7 +31,7 @@ from .context import RuleContext, concat_info, is_call, is_const, weight_params
 from .registry import MERGE, Rule
 from .report import RewriteSite
 
-__all__ = ["Site", "find_sites", "site_present", "site_plans", "binding_positions", "replace_binding",
+__all__ = ["Site", "find_sites", "site_present", "site_plans", "binding_positions", "replace_binding", "replace_bindings",
            "duplicate_groups", "merge_duplicates", "canonicalize"]
 
 
@@ -125,19 +125,25 @@ def replace_binding(func, k: int, var, expr):
     that became unused (the replaced concat). Unlike ``rewrite_call``, nothing
     else in the function changes.
     """
+    return replace_bindings(func, k, {var: expr})
+
+
+def replace_bindings(func, k: int, exprs: dict):
+    """:func:`replace_binding` for several bindings of block ``k`` at once (``{var: expr}``)."""
     bb = relax.BlockBuilder()
-    new: list = []
-    value = _flatten(expr, bb, new, f"{var.name}_rw")
-    if not _same_type(var.ty, value.ty):
-        return None
     block = func.body.blocks[k]
     bindings = []
     for b in block.bindings:
-        if b.var.same_as(var):
-            bindings.extend(new)
-            bindings.append(relax.VarBinding(var, value))
-        else:
+        expr = next((e for v, e in exprs.items() if v.same_as(b.var)), None)
+        if expr is None:
             bindings.append(b)
+            continue
+        new: list = []
+        value = _flatten(expr, bb, new, f"{b.var.name}_rw")
+        if not _same_type(b.var.ty, value.ty):
+            return None
+        bindings.extend(new)
+        bindings.append(relax.VarBinding(b.var, value))
     blocks = list(func.body.blocks)
     blocks[k] = relax.DataflowBlock(bindings, block.span)
     body = bb.normalize(relax.SeqExpr(blocks, func.body.body, func.body.span))
