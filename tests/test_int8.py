@@ -387,3 +387,37 @@ def test_random_quantized_graphs_match_tflm_bit_for_bit(seed):
     rng = np.random.default_rng([seed, 1234])
     buf = random_graph(rng)
     check(buf, rng)
+
+
+# ------------------------------------------------------------- microcontroller
+def test_micro_cli_checks_an_int8_tflite_against_tflite_micro(tmp_path, capsys):
+    """micro on an int8 .tflite: TFLite Micro's arena side by side, host run bit-identical to TFLite Micro."""
+    import json
+
+    from tvm_memsched.app.cli import main
+
+    rng = np.random.default_rng(11)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(T.conv(rng, act=1, hw=(8, 8), cin=3, cout=8))
+    code = main(["micro", str(path), "--board", "mps2-an386", "--out", str(tmp_path / "c"), "--run", "--host",
+                 "--no-measure", "-q"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "int8 lowering: 1 operators (CONV_2D 1)" in out
+    assert "vs TFLite Micro: bit-identical (ok)" in out
+    assert "TFLite Micro (arena)" in out
+    rep = json.loads((tmp_path / "c" / "model_report.json").read_text())
+    assert rep["tflm"]["min_arena"] > 0 and rep["tflite_check"]["ok"] is True
+    assert {"ram_bytes", "flash_bytes", "fits"} <= set(rep)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mobilenet_v2", "swiftnet_like", "darts_v2_cifar_tiny", "densenet_like"])
+def test_zoo_int8_models_need_no_kernel_workspace_and_no_float(name, tmp_path):
+    """Every operator of the zoo's int8 files is lowered (no float island), and no kernel keeps a temporary."""
+    from tvm_memsched import micro, zoo
+
+    exp = micro.export(from_tflite_bytes(zoo.tflite(name, "int8")), "mps2-an386", str(tmp_path), measure=False)
+    assert exp.int8 is not None and exp.int8["islands"] == []
+    assert exp.workspace_bytes <= 16
+    assert exp.arena_bytes == exp.lower_bound_bytes

@@ -3,8 +3,17 @@
 ::
 
     tvm-memsched micro zoo:randwire_tiny --board mps2-an386 --out build/rw --run
-    tvm-memsched micro model.tflite --board nucleo_l4r5zi --out build/m --compare-default
+    tvm-memsched micro model.tflite --board nucleo_l4r5zi --out build/m --compare-default --run
     tvm-memsched micro --list-boards
+
+For a ``.tflite`` model (or ``zoo:NAME:int8``) the command also measures
+TFLite Micro's smallest arena for the same file (``--compare-tflm``, on by
+default when tflite-micro is installed) and, with ``--run``, checks our
+outputs against TFLite Micro's (bit for bit for integer outputs) and reports
+LiteRT's reference kernels alongside. ``--compare-default`` exports TVM's
+default build too (``OUT/tvm_default``: TVM's import arithmetic, kernels, order
+and plan) and, with ``--run``, runs it for its instruction count. The printed
+side-by-side table and ``<name>_report.json`` hold all of it.
 
 :func:`add_parser` registers the sub-command on the main parser's sub-parsers
 and :func:`run` executes it (the model spec: :mod:`.models`). Errors caused by the input (unknown board, model
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import sys
 
+from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available
 from .output import write_json
 from .progress import progress_for
 
@@ -42,7 +52,14 @@ def add_parser(subparsers):
     s.add_argument("--planner", default="tvm_memsched", choices=["tvm_memsched", "tvm"],
                    help="export our plan (default) or TVM's order and StaticPlanBlockMemory plan")
     s.add_argument("--compare-default", action="store_true",
-                   help="also plan with TVM's default order and planner and compare both against the board")
+                   help="also export TVM's default build (OUT/tvm_default: TVM's arithmetic, kernels, order and "
+                        "plan) and compare RAM, flash and (with --run) instructions")
+    s.add_argument("--compare-tflm", dest="compare_tflm", action="store_true", default=None,
+                   help="measure TFLite Micro's smallest arena for the same .tflite file (default: on for .tflite "
+                        "models when tflite-micro is installed)")
+    s.add_argument("--no-compare-tflm", dest="compare_tflm", action="store_false")
+    s.add_argument("--no-int8", action="store_true",
+                   help="keep quantized models in TVM's float emulation (default: TFLite's exact integer kernels)")
     s.add_argument("--no-shrink-workspace", action="store_true",
                    help="keep TVM's kernels as fusion writes them (default: schedule them without full-size "
                         "temporaries: padding inlined, epilogues per output element)")
@@ -85,9 +102,17 @@ def run(args) -> int:
         raise MemschedError(f"--time-limit must be positive, got {args.time_limit}")
 
     from ..micro.builder import export
-    from .models import load_relax_spec
+    from .models import load_relax_spec, tflite_bytes_of
 
     mod, model_name = load_relax_spec(args.model)
+    tfl = tflite_bytes_of(args.model)
+    compare_tflm = args.compare_tflm
+    if compare_tflm is None:
+        from ..micro.sidebyside import tflite_available
+
+        compare_tflm = tfl is not None and tflite_available()
+    elif compare_tflm and tfl is None:
+        raise MemschedError(f"--compare-tflm needs a .tflite model (or zoo:NAME:int8), got '{args.model}'")
     original = mod
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
@@ -96,33 +121,87 @@ def run(args) -> int:
         rules = sorted({site.rule for site in rw.sites})
         print(f"identity rewrites: {len(rw.sites)}" + (f" ({', '.join(rules)})" if rules else "")
               + f"; scheduled peak {rw.peak_before:,} -> {rw.peak_after:,} B")
+    progress = progress_for(args)
     exp = export(mod, board, args.out, args.method, name=args.name, planner=args.planner,
                  time_limit=args.time_limit, shrink_workspace=not args.no_shrink_workspace,
                  shrink_constants=not args.no_shrink_constants,
                  inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
-                 progress=progress_for(args))
+                 progress=progress, int8=not args.no_int8)
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
+    sides = {"ours": {"ram": exp.ram_bytes, "flash": exp.flash_bytes, "instructions": None}}
+    dflt = None
+    if args.compare_default:
+        import os
+
+        from ..micro.sidebyside import default_export
+
+        dflt = default_export(original, board, os.path.join(args.out, "tvm_default"), name=args.name,
+                              measure=not args.no_measure, progress=progress)
+        sides["default"] = {"ram": dflt.ram_bytes, "flash": dflt.flash_bytes, "instructions": None,
+                            "fits": dflt.fits}
+        report["tvm_default"] = dflt.to_dict()
+    if compare_tflm:
+        from ..micro.sidebyside import tflm_reference
+
+        sides["tflm"] = tflm_reference(tfl)
+        report["tflm"] = sides["tflm"]
     code = 0
     try:
         if not args.no_check_fit:
             exp.check_fit()
         if args.run:
-            from ..micro.run import default_inputs, reference_outputs, run_host, run_qemu
-
-            inputs = default_inputs(exp, args.seed)
-            reference = reference_outputs(original, inputs) if original is not mod else None
-            r = (run_host if args.host else run_qemu)(exp, inputs, reference=reference)
-            print(r.summary())
-            report["run"] = {"mode": r.mode, "max_abs_err": r.max_abs_err, "ok": r.ok, "seconds": r.seconds,
-                             "instructions": r.instructions, "stack_used": r.stack_used,
-                             "workspace_high_water": r.workspace_high_water}
-            if not r.ok:
-                print(f"tvm-memsched: error: outputs differ from TVM's (max abs error {r.max_abs_err:.3g})",
-                      file=sys.stderr)
-                code = 1
+            code = _run(args, exp, dflt, original, mod, tfl, sides, report)
     finally:
+        print(side_by_side(board.name, sides.get("tflm"), sides.get("default"), sides["ours"]))
+        report["side_by_side"] = sides
+        write_json(exp.files["report"], {**exp.to_dict(), "tflm": sides.get("tflm"),
+                                         "tvm_default": report.get("tvm_default"), "side_by_side": sides,
+                                         "run": report.get("run"), "tflite_check": report.get("tflite_check")})
         if args.json:
             write_json(args.json, report)
+    return code
+
+
+def _run(args, exp, dflt, original, mod, tfl, sides, report) -> int:
+    """``--run``: ours (checked against TVM, and against TFLite Micro for .tflite models), then TVM's default."""
+    from ..micro.run import default_inputs, reference_outputs, run_host, run_qemu
+
+    run = run_host if args.host else run_qemu
+    inputs = default_inputs(exp, args.seed)
+    reference = None
+    if original is not mod:           # rewritten: check against the original model's arithmetic
+        if exp.int8:
+            from ..relax.int8.lower import lower_int8
+
+            original = lower_int8(original)[0]
+        reference = reference_outputs(original, inputs)
+    r = run(exp, inputs, reference=reference)
+    print(r.summary())
+    sides["ours"]["instructions"] = r.instructions
+    report["run"] = {"mode": r.mode, "max_abs_err": r.max_abs_err, "ok": r.ok, "seconds": r.seconds,
+                     "instructions": r.instructions, "stack_used": r.stack_used,
+                     "workspace_high_water": r.workspace_high_water}
+    code = 0
+    if not r.ok:
+        print(f"tvm-memsched: error: outputs differ from TVM's (max abs error {r.max_abs_err:.3g})", file=sys.stderr)
+        code = 1
+    if tfl is not None and tflite_available():
+        chk = check_against_tflite(tfl, inputs, r.outputs)
+        report["tflite_check"] = chk
+        t, lt = chk["tflm"], chk["litert_ref"]
+        print(f"vs TFLite Micro: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
+              f" ({'ok' if chk['ok'] else 'MISMATCH'}); vs LiteRT reference kernels: "
+              + ("bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"))
+        if not chk["ok"]:
+            print("tvm-memsched: error: outputs differ from TFLite Micro's", file=sys.stderr)
+            code = 1
+    if dflt is not None:
+        if dflt.fits:
+            rd = run(dflt, inputs)
+            sides["default"]["instructions"] = rd.instructions
+            report["tvm_default_run"] = {"ok": rd.ok, "instructions": rd.instructions, "max_abs_err": rd.max_abs_err}
+        else:
+            sides["default"]["instructions"] = "does not fit"
     return code
