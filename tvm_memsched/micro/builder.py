@@ -147,7 +147,9 @@ class MicroExport:
                      f"{self.workspace_bytes:,} B; live-peak bound {self.lower_bound_bytes:,} B)"
                      if self.planner == "tvm_memsched" else
                      f"TVM's storages {self.storage_bytes:,} B + shared kernel workspace {self.workspace_bytes:,} B"),
-                 f"  I/O buffers    {_kib(self.io_bytes)}",
+                 f"  I/O buffers    {_kib(self.io_bytes)}"
+                 + (" (inputs and outputs live in the arena)" if self.program is not None
+                    and self.program.io_in_arena else ""),
                  f"  stack          {_kib(self.stack_bytes)}" + (" (estimate)" if self.stack_bytes else ""),
                  f"  RAM total      {_kib(self.ram_bytes)} of {_kib(b.sram_bytes)}: "
                  f"{'fits' if self.ram_bytes <= b.sram_bytes else 'does not fit'}",
@@ -244,7 +246,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
            time_limit: float | None = None, alignment: int = 16, shrink_workspace: bool = True,
            shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
            compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
-           int8: bool = True, **options) -> MicroExport:
+           int8: bool = True, io_in_arena: bool = True, **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
     Parameters
@@ -286,6 +288,11 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     check_fit : bool
         Raise :class:`DoesNotFitError` (with the numbers) when the model does not
         fit the board. The files are written either way.
+    io_in_arena : bool
+        Place the inputs and outputs in the arena (planned with the other tensors:
+        an input's memory is reused after its last reader, as TFLite Micro does);
+        the C API then has ``<name>_input(i)``, ``<name>_invoke()`` and
+        ``<name>_output(k)`` besides ``<name>_run``. False: the caller's buffers.
     int8 : bool
         Lower quantized (dequantize/quantize) operator groups of our side to
         TFLite's exact integer kernels first
@@ -356,14 +363,14 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     programs, plans, lower_bound = {}, {}, 0
     if pre_ours is not None:
         planned, reports = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
-                                       time_limit=10.0 if exact_arena else 2.0)
+                                       time_limit=10.0 if exact_arena else 2.0, io=io_in_arena)
         rep = [r for r in reports if r.function == "main"][0]
         if rep.status not in ("planned", "no allocations"):
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
         ncalls = sum(1 for c in _iter_calls(planned["main"]))
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
         prog = translate(planned["main"], kernels["tvm_memsched"], workspace=workspace, alignment=alignment,
-                         prefix=name)
+                         prefix=name, input_offsets=rep.inputs if io_in_arena else None)
         lower_bound = sum(rep.lower_bound_bytes.values())
         programs["tvm_memsched"] = prog
         plans["tvm_memsched"] = PlanSizes("tvm_memsched", prog.arena_bytes, prog.storage_bytes, prog.max_workspace,
@@ -379,7 +386,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     prog = programs[planner]
     prog.comment = _comment(board, planner, method, prog, lower_bound if planner == "tvm_memsched" else 0)
     files = _write(out_dir, name, prog, kernels[planner])
-    io_bytes = sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
+    io_bytes = 0 if prog.io_in_arena else sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
         sum(tensor_nbytes(s, d) for s, d in prog.outputs)
     exp = MicroExport(
         name=name, board=board, out_dir=os.path.abspath(out_dir), planner=planner, method=method, files=files,

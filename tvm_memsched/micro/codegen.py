@@ -119,6 +119,13 @@ class CProgram:
     output_copies: list = field(default_factory=list)  # (output index, source Tensor)
     kernels: KernelModule | None = None
     comment: str = ""
+    input_places: list = field(default_factory=list)   # io in the arena: Tensor of each input
+    output_places: list = field(default_factory=list)  # io in the arena: Tensor of each output
+
+    @property
+    def io_in_arena(self) -> bool:
+        """Inputs and outputs live in the arena (``<p>_input(i)``/``<p>_output(i)``), as in TFLite Micro."""
+        return bool(self.input_places or self.output_places)
 
     # ------------------------------------------------------------------ naming
     @property
@@ -150,8 +157,14 @@ class CProgram:
                  f" *   {P}_INPUT_<i>_BYTES / {P}_OUTPUT_<i>_BYTES bytes (see the tables below).",
                  f" *   Returns 0, or the 1-based number of the kernel call that failed ({p}_last_error()",
                  " *   says why). Every intermediate tensor and every kernel's workspace lives in one static",
-                 f" *   arena of {P}_ARENA_BYTES bytes; nothing is allocated at run time. Not reentrant.",
-                 " */",
+                 f" *   arena of {P}_ARENA_BYTES bytes; nothing is allocated at run time. Not reentrant."]
+        if self.io_in_arena:
+            lines += [" *",
+                      f" * The inputs and outputs live in the arena too (as in TFLite Micro): write input i",
+                      f" * at {p}_input(i), call {p}_invoke(), read output k at {p}_output(k); no other",
+                      f" * buffers are needed. {p}_run copies from/to the caller's buffers around {p}_invoke",
+                      " * (nothing is copied when a pointer already is the arena's)."]
+        lines += [" */",
                  f"#ifndef {P}_H_", f"#define {P}_H_", "", "#include <stdint.h>", "",
                  "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
                  f"#define {P}_ARENA_BYTES {self.arena_bytes}u",
@@ -178,9 +191,12 @@ class CProgram:
                   f"extern const {p}_tensor_info_t {p}_output_info[{P}_NUM_OUTPUTS];",
                   "",
                   f"int {p}_run(const void* const* inputs, void* const* outputs);",
-                  f"const char* {p}_last_error(void);",
-                  "",
-                  "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H_ */", ""]
+                  f"const char* {p}_last_error(void);"]
+        if self.io_in_arena:
+            lines += [f"int {p}_invoke(void);",
+                      f"void* {p}_input(int i);          /* NULL for a bad index */",
+                      f"const void* {p}_output(int k);   /* NULL for a bad index */"]
+        lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H_ */", ""]
         return "\n".join(lines)
 
     @property
@@ -249,7 +265,7 @@ class CProgram:
             out += ["", f"/* constants ({p}_params.c, in flash) */"]
             for i, arr in enumerate(self.params):
                 out.append(f"extern const {_C_TYPES[str(arr.dtype)]} {p}_param_{i}[{max(1, arr.size)}];")
-        if self.calls:
+        if self.calls or self.io_in_arena:
             out += ["",
                     "/* The arena: every intermediate tensor and every kernel call's workspace, at the offsets",
                     f" * tvm_memsched planned. Define {P}_ARENA_ATTRIBUTES to place it (e.g. in a section). */",
@@ -306,14 +322,19 @@ class CProgram:
             out += [f"static int {p}_fail(int call, const char* kernel) {{",
                     "  if (tvm_memsched_last_error()[0] == '\\0') tvm_memsched_set_error(kernel);",
                     "  return call;", "}", ""]
-        out += [f"int {p}_run(const void* const* inputs, void* const* outputs) {{"]
+        if self.io_in_arena:
+            out += self._io_functions()
+            out += [f"int {p}_invoke(void) {{"]
+        else:
+            out += [f"int {p}_run(const void* const* inputs, void* const* outputs) {{"]
         if self.calls:
             out.append("  TVMFFIAny ret;")
-        if not any(t.base[0] == "input" for t in dynamic) and not any(
-                s.base[0] == "input" for _, s in self.output_copies):
-            out.append("  (void)inputs;")
-        if not self.outputs:
-            out.append("  (void)outputs;")
+        if not self.io_in_arena:
+            if not any(t.base[0] == "input" for t in dynamic) and not any(
+                    s.base[0] == "input" for _, s in self.output_copies):
+                out.append("  (void)inputs;")
+            if not self.outputs:
+                out.append("  (void)outputs;")
         out.append('  tvm_memsched_set_error("");')
         for t, i in dynamic.items():
             out.append(f"  {p}_io[{i}].data = {self._data_expr(t)};")
@@ -330,7 +351,34 @@ class CProgram:
             src = self._resolve(src)
             out.append(f"  memcpy(outputs[{k}], {self._data_expr(src)}, {src.nbytes}u); /* output {k} */")
         out += ["  return 0;", "}", ""]
+        if self.io_in_arena:
+            out += [f"int {p}_run(const void* const* inputs, void* const* outputs) {{",
+                    f"  for (int i = 0; i < {P}_NUM_INPUTS; ++i) {{",
+                    f"    if (inputs[i] != {p}_input(i)) memcpy({p}_input(i), inputs[i], {p}_input_info[i].nbytes);",
+                    "  }",
+                    f"  int rc = {p}_invoke();",
+                    "  if (rc != 0) return rc;",
+                    f"  for (int k = 0; k < {P}_NUM_OUTPUTS; ++k) {{",
+                    f"    if (outputs[k] != {p}_output(k)) memcpy(outputs[k], {p}_output(k), "
+                    f"{p}_output_info[k].nbytes);",
+                    "  }",
+                    "  return 0;", "}", ""]
         return "\n".join(out)
+
+    def _io_functions(self) -> list[str]:
+        """``<p>_input(i)`` and ``<p>_output(k)``: where the inputs and outputs live in the arena."""
+        p, P = self.prefix, self.upper
+
+        def table(name, ctype, items):
+            return [f"static {ctype} const {p}_{name}[{max(1, len(items))}] = {{"
+                    + (", ".join(items) if items else "NULL") + "};"]
+
+        out = table("input_data", "void*", [f"{p}_arena + {t.base[1] + t.offset}" for t in self.input_places])
+        out += table("output_data", "const void*", [self._data_expr(self._resolve(t)) for t in self.output_places])
+        out += [f"void* {p}_input(int i) {{ return (i >= 0 && i < {P}_NUM_INPUTS) ? {p}_input_data[i] : NULL; }}",
+                f"const void* {p}_output(int k) {{ return (k >= 0 && k < {P}_NUM_OUTPUTS) ? {p}_output_data[k] "
+                ": NULL; }", ""]
+        return out
 
     def _describe(self, a) -> str:
         if not isinstance(a, Tensor):
@@ -390,8 +438,9 @@ def _c_literals(flat: np.ndarray, dtype: str) -> list[str]:
 
 # ============================================================== translation
 class _Translator:
-    def __init__(self, func, kernels: KernelModule, alignment: int):
+    def __init__(self, func, kernels: KernelModule, alignment: int, input_offsets=None):
         self.func = func
+        self.input_offsets = input_offsets
         self.kernels = kernels
         self.alignment = alignment
         self.values: dict = {}          # Var -> Tensor | ("tuple", [values]) | ("storage", base) | None
@@ -438,7 +487,8 @@ class _Translator:
         for i, p in enumerate(f.params):
             if not isinstance(p.ty, relax.TensorType):
                 raise UnsupportedError(f"parameter '{p.name}' is not a tensor ({p.ty}); the C export takes tensors")
-            self.values[p] = Tensor(("input", i), 0, check_shape(p.ty, f"parameter '{p.name}'"),
+            base = ("input", i) if self.input_offsets is None else ("arena", int(self.input_offsets[i]))
+            self.values[p] = Tensor(base, 0, check_shape(p.ty, f"parameter '{p.name}'"),
                                     check_dtype(p.ty, f"parameter '{p.name}'"))
         body = f.body
         if not isinstance(body, relax.SeqExpr):
@@ -578,17 +628,22 @@ class _Translator:
 
 
 def translate(func, kernels: KernelModule, *, workspace=None, alignment: int = 16, prefix: str = "model",
-              input_names=None, comment: str = "") -> CProgram:
+              input_names=None, comment: str = "", input_offsets=None) -> CProgram:
     """Translate a planned Relax ``main`` into a :class:`CProgram`.
 
     ``workspace``: ``[(offset, bytes)]`` per kernel call in program order when the
     planner placed each call's workspace in the arena (ArenaPlanMemory); None
     appends one shared workspace region, as large as the largest need, after the
     storages (TVM's StaticPlanBlockMemory plans no workspace).
+    ``input_offsets``: the arena offset of each input when the planner placed the
+    inputs and outputs in the arena (``plan_function(io=True)``); the program then
+    reads its inputs from and leaves its outputs in the arena.
     """
-    tr = _Translator(func, kernels, alignment)
+    tr = _Translator(func, kernels, alignment, input_offsets)
     tr.run()
     leaves, bases, copies = tr.outputs()
+    if input_offsets is not None:
+        bases, copies = {}, []
     storage_bytes = tr.storage_top
     if workspace is None:
         ws_base = _align(storage_bytes, alignment)
@@ -609,5 +664,9 @@ def translate(func, kernels: KernelModule, *, workspace=None, alignment: int = 1
     names = list(input_names) if input_names is not None else [p.name for p in func.params]
     inputs = [(names[i], tr.values[p].shape, tr.values[p].dtype) for i, p in enumerate(func.params)]
     outputs = [(t.shape, t.dtype) for t in leaves]
-    return CProgram(prefix, inputs, outputs, tr.calls, tr.params, storage_bytes, ws_bytes, arena, bases, copies,
+    prog = CProgram(prefix, inputs, outputs, tr.calls, tr.params, storage_bytes, ws_bytes, arena, bases, copies,
                     kernels, comment)
+    if input_offsets is not None:
+        prog.input_places = [tr.values[p] for p in func.params]
+        prog.output_places = leaves
+    return prog

@@ -57,6 +57,7 @@ class FunctionPlan:
     optimal: bool = False
     layout: list = field(default_factory=list)    # (name, scope, offset, size, start, end)
     workspace: list = field(default_factory=list)  # (call ordinal, kernel name, offset, size) per kernel call
+    inputs: list = field(default_factory=list)     # io=True: arena offset of each function input
 
     @property
     def total_bytes(self) -> int:
@@ -98,8 +99,13 @@ class _Seq:
         return set()
 
 
-def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None) -> _Seq:
+def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None, params=()) -> _Seq:
     st = _Seq(seq, step0, parent)
+    for p in params:                 # function inputs planned in the arena: resident from the start
+        size = tensor_bytes(p.ty, f"input '{p.name}'")
+        st.owners[p] = (None, "global", 0, size, step0)
+        st.aliases[p] = {p}
+        st.last_use[p] = step0
     step = step0
     for block in seq.blocks:
         for b in block.bindings:
@@ -155,14 +161,15 @@ def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None) -> _Se
     return st
 
 
-def _collect_buffers(st: _Seq, alignment: int):
+def _collect_buffers(st: _Seq, alignment: int, io: bool = False):
     """Buffers of this SeqExpr per scope, with If regions as virtual buffers.
 
+    ``io``: buffers reaching the result are planned too (live to the end).
     Returns (buffers by scope, region plans: If var -> [(branch _Seq, {scope: plan})]).
     """
     by_scope: dict = {}
     for var, (b, scope, dev, size, start) in st.owners.items():
-        if var in st.escaping:
+        if var in st.escaping and not io:
             continue
         end = max(start, st.last_use.get(var, start))
         by_scope.setdefault(scope, []).append(Buffer(f"{start}:{var.name}", size, start, end))
@@ -185,10 +192,10 @@ def _collect_buffers(st: _Seq, alignment: int):
     return by_scope, regions
 
 
-def _offsets(st: _Seq, plans: dict, regions: dict, base: dict, out: dict) -> None:
+def _offsets(st: _Seq, plans: dict, regions: dict, base: dict, out: dict, io: bool = False) -> None:
     """Absolute offset for every planned alloc var (into ``out``), recursively into branches."""
     for var, (b, scope, dev, size, start) in st.owners.items():
-        if var in st.escaping:
+        if var in st.escaping and not io:
             continue
         out[var] = (scope, base.get(scope, 0) + plans[scope].offsets[f"{start}:{var.name}"], dev)
     for var, sub in regions.items():
@@ -227,7 +234,7 @@ def _rewrite_seq(seq, placed: dict, arenas: dict):
 
 
 def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool = True,
-                  time_limit: float | None = 2.0, workspace=None):
+                  time_limit: float | None = 2.0, workspace=None, io: bool = False):
     """Plan ``func`` into one arena per storage scope. Returns ``(new func, FunctionPlan)``.
 
     ``workspace``: optional callable GlobalVar -> bytes; each top-level kernel call
@@ -236,17 +243,25 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
     for targets whose runtime serves ``TVMBackendAllocWorkspace`` from the arena
     (the microcontroller export); the VM allocates workspace itself.
 
+    ``io``: place the function's inputs (resident from the start to their last
+    use) and its results (from their producer to the end) in the global arena
+    too, as TFLite Micro does; ``FunctionPlan.inputs`` gives each input's offset.
+    The planned function then returns arena memory: for exports that own the
+    arena (the microcontroller C export), not for the VM.
+
     Raises :class:`UnsupportedError` when the function cannot be planned statically.
     """
-    st = _analyze(func.body, 0, workspace=workspace)
-    by_scope, regions = _collect_buffers(st, alignment)
+    params = [p for p in func.params if isinstance(p.ty, relax.TensorType)] if io else []
+    st = _analyze(func.body, 0, workspace=workspace, params=params)
+    by_scope, regions = _collect_buffers(st, alignment, io)
     plans = {scope: plan_arena(bufs, alignment, exact=exact, time_limit=time_limit)
              for scope, bufs in by_scope.items()}
     n_buffers = sum(len(v) for v in by_scope.values())
     if not n_buffers:
         return func, FunctionPlan(name, "no allocations", unplanned_outputs=len(st.escaping))
     placed: dict = {}
-    _offsets(st, plans, regions, {}, placed)
+    _offsets(st, plans, regions, {}, placed, io)
+    inputs = [placed.pop(p)[1] for p in params]
     arenas = {scope: relax.Var(f"arena_{scope.replace('.', '_') or 'global'}", relax.AnyType())
               for scope in plans if plans[scope].size}
     body = _rewrite_seq(func.body, placed, arenas)
@@ -268,15 +283,15 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
     fp = FunctionPlan(name, "planned", {s: p.size for s, p in plans.items()},
                       {s: p.lower_bound for s, p in plans.items()}, n_buffers, len(st.escaping),
                       ",".join(sorted({p.method for p in plans.values()})), all(p.optimal for p in plans.values()),
-                      layout, ws)
+                      layout, ws, inputs)
     return new_func, fp
 
 
 def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                workspace=None):
+                workspace=None, io: bool = False):
     """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
 
-    ``workspace``: see :func:`plan_function`. Returns ``(new module, [FunctionPlan])``.
+    ``workspace``, ``io``: see :func:`plan_function`. Returns ``(new module, [FunctionPlan])``.
     """
     new_mod = mod.clone()
     reports = []
@@ -286,7 +301,7 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
             continue
         try:
             new_func, fp = plan_function(func, gv.name_hint, alignment=alignment, exact=exact,
-                                         time_limit=time_limit, workspace=workspace)
+                                         time_limit=time_limit, workspace=workspace, io=io)
         except UnsupportedError as e:
             log.warning("ArenaPlanMemory: %s falls back to StaticPlanBlockMemory: %s", gv.name_hint, e)
             reports.append(FunctionPlan(gv.name_hint, f"fallback: {e}"))

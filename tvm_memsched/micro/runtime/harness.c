@@ -1,7 +1,8 @@
 /* Test program for an exported model (host or Cortex-M under QEMU semihosting).
  *
  * harness_data.h/.c (generated next to this file) name the model's run function and hold a fixed
- * input. The program copies the input into RAM buffers (as an application would), runs the model
+ * input. The program copies the input into RAM buffers (as an application would; into the model's
+ * arena when its inputs and outputs live there, HARNESS_IO_IN_ARENA), runs the model
  * once and prints every output as hex bytes, so the host can compare it bit for bit with TVM's
  * output. On Cortex-M it also prints the instructions model_run executed (SysTick; exact with
  * QEMU's "-icount shift=0", where one instruction takes 1 ns of virtual time and SysTick ticks at
@@ -106,7 +107,11 @@ static int __attribute__((noinline)) run_model(void) {
   systick_start();
   uint64_t t0 = systick_ticks();
 #endif
+#ifdef HARNESS_IO_IN_ARENA
+  int rc = HARNESS_INVOKE();
+#else
   int rc = HARNESS_RUN(harness_inputs, harness_outputs);
+#endif
 #if defined(__arm__)
   uint64_t ticks = systick_ticks() - t0;
   SYST_CSR = 0u;
@@ -119,7 +124,11 @@ static int __attribute__((noinline)) run_model(void) {
 
 int main(void) {
   for (int i = 0; i < HARNESS_NUM_INPUTS; ++i) {
+#ifdef HARNESS_IO_IN_ARENA
+    memcpy(HARNESS_INPUT(i), harness_input_data[i], harness_input_bytes[i]);
+#else
     memcpy(harness_input_buffers[i], harness_input_data[i], harness_input_bytes[i]);
+#endif
   }
   put("tvm_memsched harness\n");
   int rc = run_model();
@@ -133,7 +142,11 @@ int main(void) {
   }
   for (int i = 0; i < HARNESS_NUM_OUTPUTS; ++i) {
     put_uint("output ", (uint64_t)i);
+#ifdef HARNESS_IO_IN_ARENA
+    put_hex((const uint8_t*)HARNESS_OUTPUT(i), harness_output_bytes[i]);
+#else
     put_hex((const uint8_t*)harness_outputs[i], harness_output_bytes[i]);
+#endif
   }
   put("done\n");
   return 0;
