@@ -165,9 +165,9 @@ def test_generated_c_layout(irregular):
     assert f"#define MODEL_ARENA_BYTES {exp.arena_bytes}u" in hdr
     assert re.search(r"static uint8_t model_arena\[MODEL_ARENA_BYTES", src)
     assert "malloc" not in src and "malloc" not in open(exp.files["kernels"]).read()
-    # kernels are called in the scheduled order, each after pointing the workspace at its planned region
-    calls = re.findall(r"tvm_memsched_set_workspace\(model_arena \+ (\d+), (\d+)u\);\n.*\n"
-                       r"  if \(__tvm_ffi_model_(\w+)\(", src)
+    # kernels are called in the scheduled order (a table in flash), each with its planned workspace region
+    calls = re.findall(r"\{__tvm_ffi_model_(\w+), \w+, \d+u, (\d+)u, (\d+)u\}, /\* call \d+", src)
+    calls = [(off, size, k) for k, off, size in calls]
     assert [k for _, _, k in calls] == [c.kernel for c in exp.program.calls]
     assert all(int(off) + int(size) <= exp.arena_bytes for off, size, _ in calls)
     # every arena tensor lies inside the arena; constants are const arrays in flash
@@ -194,10 +194,10 @@ def test_workspace_overflow_fails_cleanly(tmp_path):
     out = tmp_path / "tampered"
     shutil.copytree(irregular.out_dir, out)
     src = (out / "model.c").read_text()
-    m = re.search(r"tvm_memsched_set_workspace\(model_arena \+ (\d+), ([1-9]\d*)u\);", src)
-    (out / "model.c").write_text(src.replace(m.group(0), f"tvm_memsched_set_workspace(model_arena + {m.group(1)}, 8u);",
-                                             1))
-    call = src[:m.start()].count("tvm_memsched_set_workspace(") + 1
+    # a call-table entry {kernel, args, n, workspace offset, workspace bytes} that asks for workspace
+    m = re.search(r"\{__tvm_ffi_\w+, \w+, \d+u, (\d+)u, ([1-9]\d*)u\}, /\* call (\d+):", src)
+    (out / "model.c").write_text(src.replace(m.group(0), m.group(0).replace(f", {m.group(2)}u}}", ", 8u}", 1), 1))
+    call = int(m.group(3))
     exp = dataclasses.replace(irregular, out_dir=str(out),
                               files={k: str(out / os.path.basename(v)) for k, v in irregular.files.items()})
     with pytest.raises(MemschedError, match=rf"failed in kernel call {call}: workspace request of \d+ bytes "

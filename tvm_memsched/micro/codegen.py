@@ -319,16 +319,12 @@ class CProgram:
             out.append("};")
         out += ["", f"const char* {p}_last_error(void) {{ return tvm_memsched_last_error(); }}", ""]
         if self.calls:
-            out += [f"static int {p}_fail(int call, const char* kernel) {{",
-                    "  if (tvm_memsched_last_error()[0] == '\\0') tvm_memsched_set_error(kernel);",
-                    "  return call;", "}", ""]
+            out += self._call_table()
         if self.io_in_arena:
             out += self._io_functions()
             out += [f"int {p}_invoke(void) {{"]
         else:
             out += [f"int {p}_run(const void* const* inputs, void* const* outputs) {{"]
-        if self.calls:
-            out.append("  TVMFFIAny ret;")
         if not self.io_in_arena:
             if not any(t.base[0] == "input" for t in dynamic) and not any(
                     s.base[0] == "input" for _, s in self.output_copies):
@@ -338,15 +334,11 @@ class CProgram:
         out.append('  tvm_memsched_set_error("");')
         for t, i in dynamic.items():
             out.append(f"  {p}_io[{i}].data = {self._data_expr(t)};")
-        for k, call in enumerate(self.calls):
-            sym = self.kernels.symbols[call.kernel]
-            desc = ", ".join(self._describe(a) for a in call.args)
-            out.append(f"  /* call {k + 1}: {call.kernel}({desc}) */")
-            out.append(f"  tvm_memsched_set_workspace({p}_arena + {call.workspace_offset}, {call.workspace_bytes}u);")
-            out.append("  ret.type_index = kTVMFFINone;")
-            args = f"(void*){p}_args_{k}" if call.args else "NULL"
-            out.append(f"  if (__tvm_ffi_{sym}(NULL, {args}, {len(call.args)}, &ret) != 0) "
-                       f'return {p}_fail({k + 1}, "kernel {call.kernel} failed");')
+        if self.calls:
+            out += [f"  for (int k = 0; k < {P}_NUM_KERNEL_CALLS; ++k) {{",
+                    f"    int rc = {p}_call(k);",
+                    "    if (rc != 0) return rc;",
+                    "  }"]
         for k, src in self.output_copies:
             src = self._resolve(src)
             out.append(f"  memcpy(outputs[{k}], {self._data_expr(src)}, {src.nbytes}u); /* output {k} */")
@@ -364,6 +356,34 @@ class CProgram:
                     "  }",
                     "  return 0;", "}", ""]
         return "\n".join(out)
+
+    def _call_table(self) -> list[str]:
+        """The kernel calls as a table in flash (kernel, arguments, workspace region) and ``<p>_call(k)``."""
+        p, P = self.prefix, self.upper
+        out = ["typedef int32_t (*tvm_memsched_kernel_fn)(void* self, void* args, int32_t num_args, void* result);",
+               "typedef struct {", "  tvm_memsched_kernel_fn fn;", "  const TVMFFIAny* args;", "  uint32_t num_args;",
+               "  uint32_t workspace_offset;", "  uint32_t workspace_bytes;", f"}} {p}_call_t;", "",
+               "/* the kernel calls in the scheduled order: kernel, arguments, workspace region in the arena */",
+               f"static const {p}_call_t {p}_calls[{P}_NUM_KERNEL_CALLS] = {{"]
+        for k, call in enumerate(self.calls):
+            sym = self.kernels.symbols[call.kernel]
+            args = f"{p}_args_{k}" if call.args else "NULL"
+            desc = ", ".join(self._describe(a) for a in call.args)
+            out.append(f"    {{__tvm_ffi_{sym}, {args}, {len(call.args)}u, {call.workspace_offset}u, "
+                       f"{call.workspace_bytes}u}}, /* call {k + 1}: {call.kernel}({desc}) */")
+        out += ["};", "",
+                "/* Run kernel call k (0-based); 0, or k + 1 when it fails (the runtime's error says why). */",
+                f"static int {p}_call(int k) {{",
+                f"  const {p}_call_t* c = &{p}_calls[k];",
+                "  TVMFFIAny ret;",
+                f"  tvm_memsched_set_workspace({p}_arena + c->workspace_offset, c->workspace_bytes);",
+                "  ret.type_index = kTVMFFINone;",
+                "  if (c->fn(NULL, (void*)c->args, (int32_t)c->num_args, &ret) != 0) {",
+                "    if (tvm_memsched_last_error()[0] == '\\0') tvm_memsched_set_error(\"kernel failed\");",
+                "    return k + 1;",
+                "  }",
+                "  return 0;", "}", ""]
+        return out
 
     def _io_functions(self) -> list[str]:
         """``<p>_input(i)`` and ``<p>_output(k)``: where the inputs and outputs live in the arena."""

@@ -30,7 +30,7 @@ from tvm import te, tirx
 
 from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
 
-__all__ = ["Requant", "Chain", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
+__all__ = ["Requant", "Chain", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
            "mean", "quantize", "prelu", "softmax", "schedule_reductions", "finish", "OPAQUE"]
 
 #: TVM's ``OpPatternKind::kOpaque``
@@ -55,11 +55,11 @@ class Requant:
     def per_channel(self) -> bool:
         return self.multiplier is None
 
-    def output(self, chain: "Chain", acc, m=None, s=None, out_dtype: str = "int8"):
-        """The kernel's output tensor ``y`` from the int32 tensor ``acc`` (per-channel buffers ``m``/``s``
-        indexed by the last axis)."""
-        mult = self.multiplier if m is None else (lambda i: m[i[-1]])
-        shift = self.shift if s is None else (lambda i: s[i[-1]])
+    def output(self, chain: "Chain", acc, table=None, row: int = 0, out_dtype: str = "int8"):
+        """The kernel's output tensor ``y`` from the int32 tensor ``acc``; per channel, the multipliers and
+        shifts are rows ``row`` and ``row + 1`` of the channel ``table`` (indexed by the last axis)."""
+        mult = self.multiplier if not self.per_channel else (lambda i: table[row, i[-1]])
+        shift = self.shift if not self.per_channel else (lambda i: table[row + 1, i[-1]])
         scaled = chain.requant(acc, mult, shift)
         return te.compute(chain.shape, lambda *i: clamp(scaled[i] + _i8(self.offset), self.lo, self.hi)
                           .astype(out_dtype), name="y")
@@ -130,7 +130,8 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
     in_offset : int
         ``-input_zero_point``.
     requant : Requant
-        Output stage; per-channel multipliers/shifts become buffer parameters ``mult``/``shift``.
+        Output stage; per-channel multipliers/shifts are rows of the ``channel`` table
+        (:func:`channel_table`), after the bias.
     """
     n_, h_, w_, c_ = x_shape
     _, oh_, ow_, oc_ = out_shape
@@ -139,14 +140,8 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
     pt, pl = padding[0], padding[1]
     x = te.placeholder(x_shape, in_dtype, "x")
     w = te.placeholder(w_shape, w_dtype, "w")
-    params = [x, w]
-    if has_bias:
-        b = te.placeholder((oc_,), "int32", "bias")
-        params.append(b)
-    if requant.per_channel:
-        m = te.placeholder((oc_,), "int32", "mult")
-        s = te.placeholder((oc_,), "int32", "shift")
-        params += [m, s]
+    params, table = [x, w], channel_table(oc_, has_bias, requant)
+    params += [table] if table is not None else []
     off = _i8(in_offset)
     if depth_multiplier:
         kh_, kw_ = w_shape[1], w_shape[2]
@@ -178,9 +173,18 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
 
     acc = te.compute(out_shape, body, name="acc")
     chain = Chain(out_shape)
-    total = chain(lambda *i: acc[i] + b[i[-1]]) if has_bias else acc
-    y = requant.output(chain, total, *(params[-2:] if requant.per_channel else ()), out_dtype=out_dtype)
+    total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
+    y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
     return finish(params + [y], name, reduce_into="y")
+
+
+def channel_table(channels: int, has_bias: bool, requant: Requant):
+    """The int32 placeholder holding a kernel's per-output-channel constants, one row each: the bias
+    (if any), then, for per-channel requantization, the multipliers and the shifts. None if empty.
+
+    One table (one constant, one kernel argument) instead of three keeps the C export small."""
+    rows = int(has_bias) + 2 * int(requant.per_channel)
+    return te.placeholder((rows, channels), "int32", "channel") if rows else None
 
 
 def dense(x_shape, w_shape, *, in_offset: int, w_offset: int, requant: Requant, has_bias: bool,
@@ -191,14 +195,8 @@ def dense(x_shape, w_shape, *, in_offset: int, w_offset: int, requant: Requant, 
     out_shape = tuple(x_shape[:-1]) + (n_,)
     x = te.placeholder(x_shape, "int8", "x")
     w = te.placeholder(w_shape, "int8", "w")
-    params = [x, w]
-    if has_bias:
-        b = te.placeholder((n_,), "int32", "bias")
-        params.append(b)
-    if requant.per_channel:
-        m = te.placeholder((n_,), "int32", "mult")
-        s = te.placeholder((n_,), "int32", "shift")
-        params += [m, s]
+    params, table = [x, w], channel_table(n_, has_bias, requant)
+    params += [table] if table is not None else []
     rk = te.reduce_axis((0, k_), "rk")
 
     def body(*idx):
@@ -207,8 +205,8 @@ def dense(x_shape, w_shape, *, in_offset: int, w_offset: int, requant: Requant, 
 
     acc = te.compute(out_shape, body, name="acc")
     chain = Chain(out_shape)
-    total = chain(lambda *i: acc[i] + b[i[-1]]) if has_bias else acc
-    y = requant.output(chain, total, *(params[-2:] if requant.per_channel else ()), out_dtype=out_dtype)
+    total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
+    y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
     return finish(params + [y], name, reduce_into="y")
 
 

@@ -109,11 +109,16 @@ class _Emitter:
         return relax.call_tir(gv, args, m.var.ty)
 
 
-def _requant(mults, shifts, offset, act) -> tuple[K.Requant, list]:
-    """A per-tensor Requant if all channels share one multiplier, else per-channel (extra buffers)."""
+def _requant(mults, shifts, offset, act, bias=None) -> tuple[K.Requant, list]:
+    """A per-tensor Requant if all channels share one multiplier, else per-channel; and the kernel's
+    channel table (:func:`.kernels.channel_table`: bias, multipliers, shifts as rows) as constant arguments."""
+    rows = [] if bias is None else [np.asarray(bias, np.int32)]
     if len(set(zip(mults, shifts))) == 1:
-        return K.Requant(int(mults[0]), int(shifts[0]), offset, *act), []
-    return K.Requant(None, None, offset, *act), [np.array(mults, np.int32), np.array(shifts, np.int32)]
+        rq = K.Requant(int(mults[0]), int(shifts[0]), offset, *act)
+    else:
+        rq = K.Requant(None, None, offset, *act)
+        rows += [np.array(mults, np.int32), np.array(shifts, np.int32)]
+    return rq, ([np.stack(rows)] if rows else [])
 
 
 def _shape(e):
@@ -130,14 +135,14 @@ def _emit(em: _Emitter, m: Match):
     if op in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         w = m.consts["weight"]
         mults, shifts = P.conv_multipliers(qx.s, m.consts["w_scales"], m.qout.s)
-        rq, extra = _requant(mults, shifts, m.qout.zp, m.act)
         has_bias = "bias" in m.consts
+        rq, extra = _requant(mults, shifts, m.qout.zp, m.act, m.consts.get("bias"))
         dm = m.attrs.get("depth_multiplier", 0)
         f = K.conv2d(_shape(m.inputs[0]), w.shape, oshape, strides=m.attrs["strides"], padding=m.attrs["padding"],
                      dilation=m.attrs["dilation"], groups=1 if dm else m.attrs["groups"], depth_multiplier=dm,
                      in_offset=-qx.zp, requant=rq, has_bias=has_bias)
-        args = [m.inputs[0], em.const(w)] + ([em.const(m.consts["bias"])] if has_bias else [])
-        return em.call(m, f, "dwconv_int8" if dm else "conv2d_int8", args + [em.const(a) for a in extra])
+        return em.call(m, f, "dwconv_int8" if dm else "conv2d_int8",
+                       [m.inputs[0], em.const(w)] + [em.const(a) for a in extra])
     if op == "FULLY_CONNECTED":
         w = m.consts["weight"]
         has_bias = "bias" in m.consts
@@ -147,11 +152,10 @@ def _emit(em: _Emitter, m: Match):
         else:
             mult, shift = P.quantize_multiplier(float(np.float32(qx.s) * np.float32(scales[0])) / P.f32(m.qout.s))
             mults, shifts = [mult] * w.shape[0], [shift] * w.shape[0]
-        rq, extra = _requant(mults, shifts, m.qout.zp, m.act)
+        rq, extra = _requant(mults, shifts, m.qout.zp, m.act, m.consts.get("bias"))
         f = K.dense(_shape(m.inputs[0]), w.shape, in_offset=-qx.zp, w_offset=-m.consts["w_zero_point"],
                     requant=rq, has_bias=has_bias)
-        args = [m.inputs[0], em.const(w)] + ([em.const(m.consts["bias"])] if has_bias else [])
-        return em.call(m, f, "dense_int8", args + [em.const(a) for a in extra])
+        return em.call(m, f, "dense_int8", [m.inputs[0], em.const(w)] + [em.const(a) for a in extra])
     if op in ("ADD", "SUB"):
         qa, qb = m.qin
         p = P.add_params(qa.s, qb.s, m.qout.s, sub=op == "SUB")
