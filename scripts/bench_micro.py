@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tvm_memsched import micro, zoo  # noqa: E402
 from tvm_memsched.relax.compare import random_inputs  # noqa: E402
 from tvm_memsched.relax.frontend import from_tflite_bytes  # noqa: E402
-from tvm_memsched.tflite.verify import tflm_arena, tflm_run  # noqa: E402
+from tvm_memsched.core.errors import MemschedError  # noqa: E402
+from tvm_memsched.tflite.verify import litert_run, tflm_arena, tflm_run  # noqa: E402
 
 
 def load(spec: str) -> tuple[str, bytes]:
@@ -66,9 +67,9 @@ def run_side(mod, board, out_dir, *, planner, int8, inputs):
     seconds = time.perf_counter() - t0
     try:
         r = micro.run_qemu(exp, inputs, check=True, atol=1e-3, rtol=1e-3)
-    except micro.DoesNotFitError as e:          # e.g. TVM's float32 weights overflow the board's flash
-        print(f"   {planner}: not run: {e}", flush=True)
-        r = None
+    except micro.DoesNotFitError as e:          # e.g. float32 weights overflow the board's flash
+        print(f"   {planner}: not run in QEMU: {e}", flush=True)
+        r = micro.run_host(exp, inputs, check=True, atol=1e-3, rtol=1e-3) if planner == "tvm_memsched" else None
     return exp, r, seconds
 
 
@@ -76,7 +77,11 @@ def bench_one(spec: str, board: str, work: str) -> dict:
     name, buf = load(spec)
     print(f"== {name}", flush=True)
     t0 = time.perf_counter()
-    tflm = tflm_arena(buf)
+    try:
+        tflm = tflm_arena(buf)
+    except MemschedError as e:                   # e.g. operators TFLite Micro does not have
+        print(f"   TFLite Micro cannot run it: {e}", flush=True)
+        tflm = None
     t_tflm = time.perf_counter() - t0
     mod = from_tflite_bytes(buf, name)
     inputs = random_inputs(mod["main"], seed=0)
@@ -84,7 +89,8 @@ def bench_one(spec: str, board: str, work: str) -> dict:
                                     int8=True, inputs=inputs)
     dflt, r_dflt, s_dflt = run_side(mod, board, os.path.join(work, name, "default"), planner="tvm", int8=False,
                                     inputs=inputs)
-    ref = [np.asarray(o) for o in tflm_run(buf, dict(zip(input_names(buf), inputs)))]
+    ref = [np.asarray(o) for o in tflm_run(buf, dict(zip(input_names(buf), inputs)))] if tflm else \
+        [np.asarray(o) for o in litert_run(buf, dict(zip(input_names(buf), inputs))).values()]
     if r_ours is None:
         raise SystemExit(f"{name}: our export does not link for {board}")
     ours_out = [np.asarray(o) for o in r_ours.outputs]
@@ -92,14 +98,15 @@ def bench_one(spec: str, board: str, work: str) -> dict:
     diff = max(float(np.max(np.abs(a.astype(np.float64) - b.reshape(a.shape).astype(np.float64))))
                for a, b in zip(ours_out, ref))
     row = {
-        "model": name, "file_bytes": len(buf),
-        "tflm": {"min_arena": tflm.min_arena, "head": tflm.head, "tail": tflm.tail, "seconds": round(t_tflm, 1)},
+        "model": name, "file_bytes": len(buf), "reference": "TFLite Micro" if tflm else "LiteRT",
+        "tflm": {"min_arena": tflm.min_arena, "head": tflm.head, "tail": tflm.tail, "seconds": round(t_tflm, 1)}
+        if tflm else None,
         "ours": _side(ours, r_ours, s_ours), "default": _side(dflt, r_dflt, s_dflt),
         "int8": ours.int8, "tflm_max_abs_diff": diff, "tflm_identical": integer and diff == 0,
     }
-    row["ram_vs_tflm"] = round(row["ours"]["ram_bytes"] / tflm.min_arena, 3)
+    row["ram_vs_tflm"] = round(row["ours"]["ram_bytes"] / tflm.min_arena, 3) if tflm else None
     row["flash_vs_file"] = round(row["ours"]["flash_bytes"] / len(buf), 3)
-    print(f"   TFLM {tflm.min_arena:,} B | ours RAM {row['ours']['ram_bytes']:,} B ({row['ram_vs_tflm']}x), "
+    print(f"   TFLM {tflm.min_arena if tflm else '-'} B | ours RAM {row['ours']['ram_bytes']:,} B ({row['ram_vs_tflm']}x), "
           f"flash {row['ours']['flash_bytes']:,} B ({row['flash_vs_file']}x file) | TVM default RAM "
           f"{row['default']['ram_bytes']:,} B, flash {row['default']['flash_bytes']:,} B | vs TFLM max diff {diff}",
           flush=True)
@@ -124,9 +131,12 @@ def markdown(rows, board) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         o, d = r["ours"], r["default"]
-        check = "bit-identical" if r["tflm_identical"] else f"max abs diff {r['tflm_max_abs_diff']:.3g}"
-        lines.append(f"| {r['model']} | {r['file_bytes']:,} | {r['tflm']['min_arena']:,} | {d['ram_bytes']:,} | "
-                     f"{o['ram_bytes']:,} | {r['ram_vs_tflm']}x | {d['flash_bytes']:,} | {o['flash_bytes']:,} | "
+        check = ("bit-identical" if r["tflm_identical"] else f"max abs diff {r['tflm_max_abs_diff']:.3g}") \
+            + ("" if r["tflm"] else " (vs LiteRT: TFLite Micro cannot run it)")
+        arena = f"{r['tflm']['min_arena']:,}" if r["tflm"] else "cannot run"
+        ratio = f"{r['ram_vs_tflm']}x" if r["ram_vs_tflm"] is not None else "-"
+        lines.append(f"| {r['model']} | {r['file_bytes']:,} | {arena} | {d['ram_bytes']:,} | "
+                     f"{o['ram_bytes']:,} | {ratio} | {d['flash_bytes']:,} | {o['flash_bytes']:,} | "
                      f"{r['flash_vs_file']}x | {_instr(d)} | {_instr(o)} | {check} |")
     lines += ["", "Int8 lowering per model:", ""]
     for r in rows:
@@ -136,7 +146,9 @@ def markdown(rows, board) -> str:
 
 
 def _instr(side) -> str:
-    return f"{side['instructions']:,}" if side["instructions"] is not None else "does not fit"
+    if side["instructions"] is not None:
+        return f"{side['instructions']:,}"
+    return "does not fit" if not side["fits"] else "host run"
 
 
 def main(argv=None) -> int:

@@ -421,3 +421,14 @@ def test_zoo_int8_models_need_no_kernel_workspace_and_no_float(name, tmp_path):
     assert exp.int8 is not None and exp.int8["islands"] == []
     assert exp.workspace_bytes <= 16
     assert exp.arena_bytes == exp.lower_bound_bytes
+
+
+def test_uint8_models_stay_float_and_say_so():
+    """Legacy uint8 quantization (which TFLite Micro's kernels mostly refuse) is not lowered: float islands."""
+    mb = ModelBuilder()
+    a = T.qtensor(mb, "a", [1, 8], 0.05, 128, dtype=np.uint8)
+    b = T.qtensor(mb, "b", [1, 8], 0.07, 120, dtype=np.uint8)
+    y = T.qtensor(mb, "y", [1, 8], 0.1, 128, dtype=np.uint8)
+    mb.op(B.ADD, [a, b], [y], O.AddOptions, tfl.AddOptionsT())
+    mod, report = lower_int8(from_tflite_bytes(mb.finish([a, b], [y])))
+    assert "ADD" not in report.lowered and any(i.startswith("add (") for i in report.islands)

@@ -29,7 +29,7 @@ from ..ir import op_name, static_shape
 
 __all__ = ["QParams", "Match", "FunctionView", "match_binding", "INT_TYPES"]
 
-INT_TYPES = ("int8", "uint8")
+INT_TYPES = ("int8",)   # uint8 (legacy, unsupported by TFLite Micro's kernels) stays float: reported
 
 
 @dataclass(frozen=True, eq=False)
