@@ -159,15 +159,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     rows = []
+    skipped = []
     with tempfile.TemporaryDirectory() as work:
         for spec in args.models:
-            rows.append(bench_one(spec, args.board, work))
+            try:
+                rows.append(bench_one(spec, args.board, work))
+            except MemschedError as e:          # e.g. custom operators: said, and the next model
+                print(f"   skipped: {e}", flush=True)
+                skipped.append({"model": spec, "reason": str(e)})
     meta = {"board": args.board, "machine": platform.machine(), "python": platform.python_version()}
     with open(os.path.join(args.out, "micro.json"), "w", encoding="utf-8") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        json.dump({"meta": meta, "rows": rows, "skipped": skipped}, f, indent=1)
+    text = markdown(rows, args.board) + "".join(f"\nSkipped {s['model']}: {s['reason']}\n" for s in skipped)
     with open(os.path.join(args.out, "micro.md"), "w", encoding="utf-8") as f:
-        f.write(markdown(rows, args.board))
-    print(markdown(rows, args.board))
+        f.write(text)
+    print(text)
     return 0
 
 
