@@ -75,7 +75,6 @@ class Match:
     consts: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)
     act: tuple = (-128, 127)
-    float_ops: list = field(default_factory=list)
 
 
 def _const(expr):
@@ -140,20 +139,20 @@ class FunctionView:
         return QParams(np.asarray(s, np.float32).reshape(-1), np.asarray(z, np.int64).reshape(-1), int(axis))
 
     def dequantized(self, expr):
-        """``(int tensor, QParams)`` if ``expr`` is ``dequantize(x)`` of an int8/uint8 ``x``, else None."""
+        """``(int8 tensor, QParams)`` if ``expr`` is ``dequantize(x)`` of an int8 activation ``x`` (one scale and
+        zero point, as TFLite quantizes activations), else None."""
         c = self.call(expr, "dequantize")
         if c is None:
             return None
         q = self.qparams(c.args[1], c.args[2], c.attrs.axis)
         x = c.args[0]
-        if q is None or self.dtype(x) not in INT_TYPES:
+        if q is None or not q.per_tensor or self.dtype(x) not in INT_TYPES:
             return None
         return x, q
 
     def const_weight(self, expr):
-        """``(int8 numpy array, QParams, [float ops])`` for a dequantized constant, seen through
-        ``reshape``/``permute_dims`` before or after the dequantize; the array is in the shape ``expr`` has."""
-        ops = []
+        """``(int8/int32 numpy array, QParams)`` for a dequantized constant, seen through ``reshape`` /
+        ``permute_dims`` before or after the dequantize; the array is in the shape ``expr`` has."""
         post = []
         e = expr
         while True:
@@ -186,8 +185,7 @@ class FunctionView:
             arr = _apply_layout(arr, c)
             if op_name(c) == "relax.reshape" and not q.per_tensor:
                 axis = _axis_after_reshape(q.scale.size, arr.shape)
-            ops.append(c)
-        return arr, QParams(q.scale, q.zero_point, axis), ops
+        return arr, QParams(q.scale, q.zero_point, axis)
 
 
 def _apply_layout(arr, call):
@@ -291,16 +289,10 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
         if m is not None:
             m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
             return m
-    # float -> int8 QUANTIZE of a float tensor that is no dequantize output
-    if act == "none" and view.dequantized(body) is None and view.call(body, "dequantize") is None \
-            and _is_float_source(view, body):
+    # QUANTIZE of a float tensor: a float input of the model, or the end of a float island
+    if act == "none" and view.call(body, "dequantize") is None:
         return Match("QUANTIZE_FLOAT", var, [body], [], qout, act=(qmin, qmax))
     return None
-
-
-def _is_float_source(view: FunctionView, expr) -> bool:
-    """A float tensor that is not computed from dequantized values (a graph input or a float island's end)."""
-    return view.dtype(expr) == "float32"
 
 
 def _match_unary(view: FunctionView, var, body, qout, rng) -> Match | None:
@@ -367,7 +359,7 @@ def _match_conv(view: FunctionView, var, body, qout) -> Match | None:
     if d is None or wt is None or str(wt[0].dtype) not in INT_TYPES:
         return None
     x, qx = d
-    w, qw, _ = wt
+    w, qw = wt
     if not qx.per_tensor or np.any(qw.zero_point != 0) and str(w.dtype) == "int8":
         return None
     layout = str(a.kernel_layout)
@@ -429,7 +421,7 @@ def _match_dense(view: FunctionView, var, body, qout) -> Match | None:
     if d is None or wt is None or str(wt[0].dtype) not in INT_TYPES:
         return None
     x, qx = d
-    w, qw, _ = wt
+    w, qw = wt
     if w.ndim != 2 or not qx.per_tensor:
         return None
     k, n = w.shape                                    # (K, N) after the frontend's transpose
@@ -499,7 +491,7 @@ def _match_prelu(view: FunctionView, var, body, qout) -> Match | None:
     shape = view.shape(var)
     if d is None or al is None or shape is None or int(c.attrs.axis) not in (-1, len(shape) - 1):
         return None
-    alpha, qa, _ = al
+    alpha, qa = al
     if not qa.per_tensor:
         return None
     return Match("PRELU", var, [d[0]], [d[1]], qout, consts={"alpha": alpha.reshape(-1), "alpha_q": qa})
