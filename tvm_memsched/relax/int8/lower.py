@@ -296,8 +296,16 @@ def _rebuild(func: relax.Function, replaced: dict) -> relax.Function:
     return _dead_code(new)
 
 
+def _pure(value) -> bool:
+    """True if dropping a binding of ``value`` cannot change what the function does (TVM's ``FPurity``)."""
+    if isinstance(value, (relax.Var, relax.Tuple, relax.TupleGetItem, tvm.ir.Constant)):
+        return True
+    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and bool(value.op.get_attr("FPurity")))
+
+
 def _dead_code(func: relax.Function) -> relax.Function:
-    """Drop bindings whose variables nothing uses (every op here is pure)."""
+    """Drop pure bindings whose variables nothing uses (the float groups a kernel replaced)."""
     used = set()
 
     def mark(expr):
@@ -312,7 +320,7 @@ def _dead_code(func: relax.Function) -> relax.Function:
     for block in reversed(list(func.body.blocks)):
         kept = []
         for b in reversed(list(block.bindings)):
-            if b.var in used or not isinstance(b, relax.VarBinding):
+            if b.var in used or not isinstance(b, relax.VarBinding) or not _pure(b.value):
                 kept.append(b)
                 mark(b.value)
         kept.reverse()
