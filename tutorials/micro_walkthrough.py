@@ -13,7 +13,11 @@ temporary directory). It needs the Debian packages ``gcc-arm-none-eabi``,
 5. runs the C on the host (a fast check) and on QEMU's Cortex-M4F machine with
    the RAM cut to the nRF52840's 256 KB, and checks the outputs against TVM;
 6. exports TVM's default plan the same way and shows that it does not link in
-   256 KB.
+   256 KB;
+7. exports an int8 ``.tflite`` file (the zoo's DARTS V2 CIFAR network, full
+   integer): TFLite's integer kernels, inputs and outputs in the arena, RAM side
+   by side with TFLite Micro's smallest arena for the same file, and a QEMU run
+   checked bit for bit against TFLite Micro.
 """
 
 import os
@@ -65,15 +69,17 @@ print(exp.summary())
 assert exp.fits and not exp.default_fits
 print("\nfiles:", ", ".join(sorted(os.path.basename(p) for p in exp.files.values())))
 
-# 4. The C interface and the start of model_run: kernels are called in the scheduled order, and
-#    before each call the runtime's workspace is pointed at the region planned for it.
+# 4. The C interface: the inputs and outputs live in the arena (write at model_input(i), call
+#    model_invoke(), read at model_output(k)); model_run copies from and to the caller's buffers.
+#    The kernel calls are a table in flash, each with the workspace region planned for it.
 with open(exp.files["header"]) as f:
-    lines = [line for line in f if line.startswith(("#define MODEL_", "int model_run")) and "MODEL_H_" not in line]
+    lines = [line for line in f if line.startswith(("#define MODEL_", "int model_", "void* model_",
+                                                    "const void* model_")) and "MODEL_H_" not in line]
 print("\n" + "".join(lines))
 with open(exp.files["source"]) as f:
     src = f.read()
-start = src.index("int model_run(")
-print("\n".join(src[start:].splitlines()[:9]) + "\n  ...\n")
+start = src.index("static const model_call_t model_calls")
+print("\n".join(src[start:].splitlines()[:4]) + "\n  ...\n")
 
 # 5. Run: host build (fast), then the Cortex-M4F firmware in QEMU with the nRF52840's 256 KB of RAM.
 host = micro.run_host(exp)
@@ -93,4 +99,22 @@ except micro.DoesNotFitError as e:
         micro.run_qemu(e.result)
     except micro.DoesNotFitError as link_error:
         print(f"QEMU firmware with TVM's plan: {link_error}")
+
+# 7. An int8 .tflite file: TFLite's integer kernels (IntegerLowering: int8 weights, int32 accumulation,
+#    TFLite's requantization), next to TFLite Micro's smallest arena for the same file, run in QEMU and
+#    compared with TFLite Micro's outputs on the same input: bit-identical.
+from tvm_memsched import zoo  # noqa: E402
+from tvm_memsched.micro.sidebyside import check_against_tflite, side_by_side, tflm_reference  # noqa: E402
+from tvm_memsched.relax.frontend import from_tflite_bytes  # noqa: E402
+
+buf = zoo.tflite("darts_v2_cifar_tiny", "int8")
+q = micro.export(from_tflite_bytes(buf), board, os.path.join(out_root, "int8"))
+print("\n" + q.summary())
+run = micro.run_qemu(q)
+tflm = tflm_reference(buf)
+print(side_by_side(board.name, tflm, None, {"ram": q.ram_bytes, "flash": q.flash_bytes,
+                                            "instructions": run.instructions}))
+check = check_against_tflite(buf, micro.default_inputs(q), run.outputs)
+print(f"QEMU vs TFLite Micro: {'bit-identical' if check['tflm']['identical'] else check['tflm']}")
+assert run.ok and check["ok"] and q.ram_bytes < tflm["min_arena"]
 print(f"\ndone; the C projects are in {out_root}")
