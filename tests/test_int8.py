@@ -432,3 +432,19 @@ def test_uint8_models_stay_float_and_say_so():
     mb.op(B.ADD, [a, b], [y], O.AddOptions, tfl.AddOptionsT())
     mod, report = lower_int8(from_tflite_bytes(mb.finish([a, b], [y])))
     assert "ADD" not in report.lowered and any(i.startswith("add (") for i in report.islands)
+
+
+def test_grouped_conv_and_dilated_depthwise():
+    rng = np.random.default_rng(3)
+    mb = ModelBuilder()
+    x = T.qtensor(mb, "x", [1, 6, 6, 4], 0.05, 3)
+    ws = rng.uniform(0.002, 0.02, 6).astype(np.float32)
+    w = T.qtensor(mb, "w", [6, 3, 3, 2], ws, np.zeros(6, int),
+                  data=rng.integers(-127, 128, (6, 3, 3, 2)).astype(np.int8))     # 2 groups of 2 input channels
+    b = T.qtensor(mb, "b", [6], 0.05 * ws, np.zeros(6, int), dtype=np.int32,
+                  data=rng.integers(-2000, 2000, 6).astype(np.int32))
+    y = T.qtensor(mb, "y", [1, 6, 6, 6], 0.1, -2)
+    mb.op(B.CONV_2D, [x, w, b], [y], O.Conv2DOptions,
+          T.options(tfl.Conv2DOptionsT, padding=tfl.Padding.SAME, strideH=1, strideW=1), version=3)
+    check(mb.finish([x], [y]), rng, expect={"CONV_2D"})
+    check(T.conv(rng, depthwise=True, dil=2, hw=(9, 9)), rng, expect={"DEPTHWISE_CONV_2D"})
