@@ -1,0 +1,73 @@
+"""ONNX files -> Relax, with one-line errors (used by :mod:`.frontend`).
+
+The model is parsed with the ``onnx`` package (the optional extra ``onnx``),
+checked for a graph and an opset list (a file cut short either fails to parse
+or, cut between two fields, parses without what follows the graph) and
+imported with
+``tvm.relax.frontend.onnx.from_onnx``, weights as constants. Input shapes come
+from the file; ``input_shapes`` sets symbolic ones (and may restate static
+ones). Errors: :class:`InputFileError` for unreadable or invalid files,
+:class:`UnsupportedError` naming the operators TVM cannot import, unknown
+inputs, and shapes that stay symbolic or depend on the data.
+
+Example
+-------
+>>> import onnx
+>>> from onnx import TensorProto, helper
+>>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])
+>>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+>>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+>>> buf = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+>>> mod = from_onnx_bytes(buf, {"x": (1, 3, 8, 8)})
+>>> mod["main"].params[0].ty
+R.Tensor((1, 3, 8, 8), dtype="float32")
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+from ..core.errors import InputFileError, UnsupportedError, last_line
+from .input_shapes import check_static
+
+__all__ = ["from_onnx_bytes"]
+
+
+def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model"):
+    """Import the ONNX model ``buf`` (bytes of a ``.onnx`` file) into Relax (see the module docstring)."""
+    try:
+        import onnx
+    except ImportError:
+        raise UnsupportedError("importing .onnx needs the 'onnx' package (pip install 'tvm_memsched[onnx]')") \
+            from None
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        model = onnx.load_model_from_string(bytes(buf))
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise InputFileError(f"{what} is not an ONNX model ({type(e).__name__}: {last_line(e, 160)})") from None
+    # a file cut at a field boundary still parses, as a shorter model: what follows the graph is the opset list
+    if not len(model.graph.node):
+        raise InputFileError(f"{what} is not an ONNX model (no graph nodes; empty or truncated file?)")
+    if not len(model.opset_import):
+        raise InputFileError(f"{what} is not a complete ONNX model (no opset_import; truncated file?)")
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    unknown = sorted(set(input_shapes or {}) - set(inputs))
+    if unknown:
+        raise UnsupportedError(f"{what}: --input-shape names unknown input(s) {', '.join(unknown)}; the inputs are "
+                               f"{', '.join(inputs) or 'none'}")
+    shape_dict = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    try:
+        with warnings.catch_warnings():    # TVM re-warns what onnx's checker says about untyped outputs
+            warnings.simplefilter("ignore")
+            mod = from_onnx(model, shape_dict=shape_dict or None)
+    except Exception as e:  # TVM raises OpNotImplemented, TVMError, ValueError, AssertionError...
+        msg = last_line(e)
+        m = re.search(r"operators are not supported for frontend ONNX: (.*)", str(e))
+        if m:
+            raise UnsupportedError(f"{what}: unsupported ONNX operator(s): {m.group(1).strip()}") from None
+        raise UnsupportedError(f"{what} could not be imported by TVM's ONNX frontend: {msg}") from None
+    check_static(mod, what)
+    return mod
