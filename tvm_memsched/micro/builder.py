@@ -74,10 +74,12 @@ def _kib(n) -> str:
 class MicroExport:
     """The outcome of :func:`export`; sizes in bytes.
 
-    RAM needed on the board = ``static_ram_bytes`` (the arena plus the runtime's
-    few statics; the arena alone until measured) + ``stack_bytes`` (estimated
-    from GCC's ``-fstack-usage``) + ``io_bytes`` (the caller's input and output
-    buffers).
+    RAM needed on the board = ``static_ram_bytes`` (the arena, the state buffers
+    of a stateful model and the runtime's few statics; the arena and the state
+    buffers until measured) + ``stack_bytes`` (estimated from GCC's
+    ``-fstack-usage``) + ``io_bytes`` (the caller's input and output buffers).
+    ``state_bytes`` is the persistent state of a stateful model (its
+    ``states``), outside the arena.
     """
 
     name: str
@@ -101,6 +103,8 @@ class MicroExport:
     ours: PlanSizes | None = None
     seconds: dict = field(default_factory=dict)
     int8: dict | None = None
+    state_bytes: int = 0
+    states: list = field(default_factory=list, repr=False)
     mod: object = field(default=None, repr=False)
     program: object = field(default=None, repr=False)
 
@@ -111,7 +115,8 @@ class MicroExport:
     @property
     def ram_bytes(self) -> int:
         """RAM the model needs on the board (see the class docstring)."""
-        static = self.static_ram_bytes if self.static_ram_bytes is not None else self.arena_bytes
+        static = self.static_ram_bytes if self.static_ram_bytes is not None else \
+            self.arena_bytes + self.state_bytes
         return static + (self.stack_bytes or 0) + self.io_bytes
 
     def ram_bytes_with_arena(self, arena_bytes: int) -> int:
@@ -144,15 +149,18 @@ class MicroExport:
                      f"{self.workspace_bytes:,} B; live-peak bound {self.lower_bound_bytes:,} B)"
                      if self.planner == "tvm_memsched" else
                      f"TVM's storages {self.storage_bytes:,} B + shared kernel workspace {self.workspace_bytes:,} B"),
-                 f"  I/O buffers    {_kib(self.io_bytes)}",
-                 f"  stack          {_kib(self.stack_bytes)}" + (" (estimate)" if self.stack_bytes else ""),
-                 f"  RAM total      {_kib(self.ram_bytes)} of {_kib(b.sram_bytes)}: "
-                 f"{'fits' if self.ram_bytes <= b.sram_bytes else 'does not fit'}",
-                 f"  flash          {_kib(self.flash_bytes)} of {_kib(b.flash_bytes)}"
-                 + ("" if self.flash_bytes is None else
-                    (": fits" if self.flash_bytes <= b.flash_bytes else ": does not fit"))
-                 + f" (constants {self.params_bytes:,} B)",
-                 f"  {self.kernel_calls} kernel calls, {self.kernels} kernels; files in {self.out_dir}"]
+                 f"  I/O buffers    {_kib(self.io_bytes)}"]
+        if self.states:
+            lines.append(f"  state          {_kib(self.state_bytes)}: {len(self.states)} resource variable(s) in static "
+                         f"buffers outside the arena, set by {self.name}_init()")
+        lines += [f"  stack          {_kib(self.stack_bytes)}" + (" (estimate)" if self.stack_bytes else ""),
+                  f"  RAM total      {_kib(self.ram_bytes)} of {_kib(b.sram_bytes)}: "
+                  f"{'fits' if self.ram_bytes <= b.sram_bytes else 'does not fit'}",
+                  f"  flash          {_kib(self.flash_bytes)} of {_kib(b.flash_bytes)}"
+                  + ("" if self.flash_bytes is None else
+                     (": fits" if self.flash_bytes <= b.flash_bytes else ": does not fit"))
+                  + f" (constants {self.params_bytes:,} B)",
+                  f"  {self.kernel_calls} kernel calls, {self.kernels} kernels; files in {self.out_dir}"]
         if self.int8:
             lines.append("  " + self.int8["summary"])
         if self.default is not None and self.ours is not None:
@@ -160,7 +168,9 @@ class MicroExport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("mod", "program", "board", "default", "ours")}
+        d = {k: v for k, v in self.__dict__.items()
+             if k not in ("mod", "program", "board", "default", "ours", "states")}
+        d["states"] = [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in self.states]
         d["board"] = self.board.to_dict()
         d["ram_bytes"] = self.ram_bytes
         d["fits"] = self.fits
@@ -277,7 +287,10 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
 
+    from ..relax.tflite_state import states as model_states
+
     board = get_board(board)
+    states = model_states(mod)
     if planner not in ("tvm_memsched", "tvm"):
         raise UnsupportedError(f"unknown planner '{planner}': use 'tvm_memsched' or 'tvm'")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
@@ -327,7 +340,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
         ncalls = sum(1 for c in _iter_calls(planned["main"]))
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
-        prog = translate(planned["main"], kernels, workspace=workspace, alignment=alignment, prefix=name)
+        prog = translate(planned["main"], kernels, workspace=workspace, alignment=alignment, prefix=name,
+                         states=states)
         lower_bound = sum(rep.lower_bound_bytes.values())
         programs["tvm_memsched"] = prog
         plans["tvm_memsched"] = PlanSizes("tvm_memsched", prog.arena_bytes, prog.storage_bytes, prog.max_workspace,
@@ -335,7 +349,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     if pre_tvm is not None:
         with target:
             planned_tvm = _tvm_call(lambda: tvm_planner(pre_tvm), "StaticPlanBlockMemory")
-        prog = translate(planned_tvm["main"], kernels, workspace=None, alignment=alignment, prefix=name)
+        prog = translate(planned_tvm["main"], kernels, workspace=None, alignment=alignment, prefix=name,
+                         states=states)
         programs["tvm"] = prog
         plans["tvm"] = PlanSizes("tvm default", prog.arena_bytes, prog.storage_bytes, prog.workspace_bytes,
                                  len(prog.calls))
@@ -353,7 +368,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         params_bytes=sum(int(a.nbytes) for a in prog.params), kernel_calls=len(prog.calls),
         kernels=len({c.kernel for c in prog.calls}), lower_bound_bytes=lower_bound,
         default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=mod, program=prog,
-        int8=int8_report.to_dict() if int8_report is not None and int8_report.total else None)
+        int8=int8_report.to_dict() if int8_report is not None and int8_report.total else None,
+        state_bytes=prog.state_bytes, states=list(states))
     if measure:
         from .firmware import measure as _measure
 

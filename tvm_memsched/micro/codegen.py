@@ -17,7 +17,14 @@ translated as follows:
   memory with a new shape; tuples and tuple items: structure;
 * ``R.builtin.alloc_tensor`` (a result of ``main``): the caller's output buffer;
 * relax constants: ``const`` arrays in ``<prefix>_params.c`` (flash), shared
-  when equal; function parameters: the ``inputs`` array.
+  when equal; function parameters: the ``inputs`` array;
+* the states of a stateful model (:mod:`tvm_memsched.relax.tflite_state`: a
+  parameter and a result of ``main`` per resource variable) are static
+  persistent buffers ``<prefix>_state_<k>`` outside the arena, set to their
+  initial values by ``<prefix>_init()`` (``<prefix>_run`` calls it once by
+  itself). A new state is written straight into its buffer when every kernel
+  reading the old one runs before the kernel writing the new one, else into
+  ``<prefix>_state_next_<k>`` and copied over at the end of the run.
 
 Anything else (control flow, dynamic shapes, packed calls, calls to other Relax
 functions, unsupported dtypes) raises :class:`UnsupportedError`. DLTensors and
@@ -38,7 +45,7 @@ from ..core.errors import UnsupportedError
 from ..relax.ir import shape_values
 from .kernels import SUPPORTED_DTYPES, KernelModule
 
-__all__ = ["Tensor", "KernelCall", "CProgram", "translate", "check_dtype", "check_shape", "tensor_nbytes"]
+__all__ = ["Tensor", "KernelCall", "CState", "CProgram", "translate", "check_dtype", "check_shape", "tensor_nbytes"]
 
 _DL_CODES = {"int": "kDLInt", "uint": "kDLUInt", "float": "kDLFloat", "bool": "kDLBool"}
 _C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
@@ -77,8 +84,9 @@ def tensor_nbytes(shape, dtype: str) -> int:
 class Tensor:
     """A tensor of the C program: ``shape``/``dtype`` over ``base`` + ``offset`` bytes.
 
-    ``base`` is ``("arena", byte offset)``, ``("param", index)``, ``("input", k)``
-    or ``("result", alloc id)`` (an ``R.builtin.alloc_tensor``, later an output).
+    ``base`` is ``("arena", byte offset)``, ``("param", index)``, ``("input", k)``,
+    ``("state", k)`` / ``("state_next", k)`` (state buffers) or ``("result",
+    alloc id)`` (an ``R.builtin.alloc_tensor``, later an output or a state).
     """
 
     base: tuple
@@ -102,6 +110,22 @@ class KernelCall:
 
 
 @dataclass
+class CState:
+    """A state buffer: its name, shape and dtype, the constant holding its initial value and whether the new
+    state is written in place (else via ``<prefix>_state_next_<k>``)."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    init_param: int
+    in_place: bool = True
+
+    @property
+    def nbytes(self) -> int:
+        return tensor_nbytes(self.shape, self.dtype)
+
+
+@dataclass
 class CProgram:
     """The translated program; :meth:`header`, :meth:`source` and :meth:`params_source` write the C."""
 
@@ -113,10 +137,17 @@ class CProgram:
     storage_bytes: int                # tensor part of the arena (all storages)
     workspace_bytes: int              # workspace region after the storages (0: planned inside them)
     arena_bytes: int
-    output_bases: dict = field(default_factory=dict)   # result alloc id -> output index
+    output_bases: dict = field(default_factory=dict)   # result alloc id -> ("output", k) / ("state[_next]", k)
     output_copies: list = field(default_factory=list)  # (output index, source Tensor)
     kernels: KernelModule | None = None
     comment: str = ""
+    states: list = field(default_factory=list)         # [CState]
+    state_copies: list = field(default_factory=list)   # (state index, source Tensor), at the end of a run
+
+    @property
+    def state_bytes(self) -> int:
+        """Static RAM of the states: their buffers, and the next-state buffers of those not updated in place."""
+        return sum(s.nbytes * (1 if s.in_place else 2) for s in self.states)
 
     # ------------------------------------------------------------------ naming
     @property
@@ -125,13 +156,15 @@ class CProgram:
 
     def _resolve(self, t: Tensor) -> Tensor:
         if t.base[0] == "result":
-            return Tensor(("output", self.output_bases[t.base[1]]), t.offset, t.shape, t.dtype)
+            return Tensor(self.output_bases[t.base[1]], t.offset, t.shape, t.dtype)
         return t
 
     def _data_expr(self, t: Tensor) -> str:
         kind, ref = t.base
         if kind == "arena":
             return f"{self.prefix}_arena + {ref + t.offset}"
+        if kind in ("state", "state_next"):
+            return f"{self.prefix}_{kind}_{ref} + {t.offset}"
         base = {"param": f"{self.prefix}_param_{ref}", "input": f"inputs[{ref}]", "output": f"outputs[{ref}]"}[kind]
         if not t.offset:
             return f"(void*){base}" if kind != "output" else base
@@ -148,8 +181,15 @@ class CProgram:
                  f" *   {P}_INPUT_<i>_BYTES / {P}_OUTPUT_<i>_BYTES bytes (see the tables below).",
                  f" *   Returns 0, or the 1-based number of the kernel call that failed ({p}_last_error()",
                  " *   says why). Every intermediate tensor and every kernel's workspace lives in one static",
-                 f" *   arena of {P}_ARENA_BYTES bytes; nothing is allocated at run time. Not reentrant.",
-                 " */",
+                 f" *   arena of {P}_ARENA_BYTES bytes; nothing is allocated at run time. Not reentrant."]
+        if self.states:
+            lines += [" *",
+                      f" * void {p}_init(void);",
+                      f" *   The model keeps {len(self.states)} state buffer(s) ({P}_STATE_BYTES bytes, static, outside "
+                      "the arena)",
+                      f" *   from one {p}_run to the next; {p}_init() sets them to their initial values. {p}_run calls",
+                      " *   it before its first run; call it again to start a new stream."]
+        lines += [" */",
                  f"#ifndef {P}_H_", f"#define {P}_H_", "", "#include <stdint.h>", "",
                  "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
                  f"#define {P}_ARENA_BYTES {self.arena_bytes}u",
@@ -157,6 +197,9 @@ class CProgram:
                  f"#define {P}_NUM_KERNEL_CALLS {len(self.calls)}",
                  f"#define {P}_NUM_INPUTS {len(self.inputs)}",
                  f"#define {P}_NUM_OUTPUTS {len(self.outputs)}"]
+        if self.states:
+            lines += [f"#define {P}_NUM_STATES {len(self.states)}",
+                      f"#define {P}_STATE_BYTES {self.state_bytes}u /* state buffers (and next-state buffers) */"]
         for i, (name, shape, dtype) in enumerate(self.inputs):
             nbytes = tensor_nbytes(shape, dtype)
             lines.append(f"#define {P}_INPUT_{i}_BYTES {nbytes}u /* '{name}' {dtype}{list(shape)} */")
@@ -176,7 +219,7 @@ class CProgram:
                   f"extern const {p}_tensor_info_t {p}_output_info[{P}_NUM_OUTPUTS];",
                   "",
                   f"int {p}_run(const void* const* inputs, void* const* outputs);",
-                  f"const char* {p}_last_error(void);",
+                  f"const char* {p}_last_error(void);"] + ([f"void {p}_init(void);"] if self.states else []) + [
                   "",
                   "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H_ */", ""]
         return "\n".join(lines)
@@ -254,6 +297,14 @@ class CProgram:
                     f"#ifndef {P}_ARENA_ATTRIBUTES", f"#define {P}_ARENA_ATTRIBUTES", "#endif",
                     f"static uint8_t {p}_arena[{P}_ARENA_BYTES > 0 ? {P}_ARENA_BYTES : 1] "
                     f"__attribute__((aligned(16))) {P}_ARENA_ATTRIBUTES;"]
+        if self.states:
+            out += ["", f"/* state kept from one {p}_run to the next (persistent, outside the arena) */"]
+            for k, st in enumerate(self.states):
+                kinds = ["state"] + ([] if st.in_place else ["state_next"])
+                for kind in kinds:
+                    out.append(f"static uint8_t {p}_{kind}_{k}[{max(1, st.nbytes)}] __attribute__((aligned(16))); "
+                               f"/* '{st.name}' {st.dtype}{list(st.shape)} */")
+            out.append(f"static int {p}_initialised;")
         out.append("")
         # every shape array is emitted before the DLTensors and tables that point at it
         for t in list(statics) + list(dynamic) + [self._resolve(s) for _, s in self.output_copies]:
@@ -304,7 +355,14 @@ class CProgram:
             out += [f"static int {p}_fail(int call, const char* kernel) {{",
                     "  if (tvm_memsched_last_error()[0] == '\\0') tvm_memsched_set_error(kernel);",
                     "  return call;", "}", ""]
+        if self.states:
+            out += [f"void {p}_init(void) {{"]
+            out += [f"  memcpy({p}_state_{k}, {p}_param_{st.init_param}, {st.nbytes}u);"
+                    for k, st in enumerate(self.states)]
+            out += [f"  {p}_initialised = 1;", "}", ""]
         out += [f"int {p}_run(const void* const* inputs, void* const* outputs) {{"]
+        if self.states:
+            out.append(f"  if (!{p}_initialised) {p}_init();")
         if self.calls:
             out.append("  TVMFFIAny ret;")
         if not any(t.base[0] == "input" for t in dynamic) and not any(
@@ -327,6 +385,9 @@ class CProgram:
         for k, src in self.output_copies:
             src = self._resolve(src)
             out.append(f"  memcpy(outputs[{k}], {self._data_expr(src)}, {src.nbytes}u); /* output {k} */")
+        for k, src in self.state_copies:
+            src = self._resolve(src)
+            out.append(f"  memcpy({p}_state_{k}, {self._data_expr(src)}, {src.nbytes}u); /* new state {k} */")
         out += ["  return 0;", "}", ""]
         return "\n".join(out)
 
@@ -336,7 +397,7 @@ class CProgram:
         t = self._resolve(a)
         kind, ref = t.base
         where = {"arena": f"arena+{ref + t.offset}", "param": f"param{ref}", "input": f"in{ref}",
-                 "output": f"out{ref}"}[kind]
+                 "output": f"out{ref}", "state": f"state{ref}", "state_next": f"state_next{ref}"}[kind]
         if kind != "arena" and t.offset:
             where += f"+{t.offset}"
         return f"{where}:{t.dtype}{list(t.shape)}"
@@ -388,8 +449,10 @@ def _c_literals(flat: np.ndarray, dtype: str) -> list[str]:
 
 # ============================================================== translation
 class _Translator:
-    def __init__(self, func, kernels: KernelModule, alignment: int):
+    def __init__(self, func, kernels: KernelModule, alignment: int, states=()):
         self.func = func
+        self.state_of_param = {s.param: k for k, s in enumerate(states)}
+        self.state_of_output = {s.output: k for k, s in enumerate(states)}
         self.kernels = kernels
         self.alignment = alignment
         self.values: dict = {}          # Var -> Tensor | ("tuple", [values]) | ("storage", base) | None
@@ -406,11 +469,7 @@ class _Translator:
         arr = c.value.numpy()
         ty = c.ty
         dtype = check_dtype(ty, "a constant")
-        key = (dtype, arr.shape, arr.tobytes())
-        if key not in self.param_index:
-            self.param_index[key] = len(self.params)
-            self.params.append(np.ascontiguousarray(arr))
-        return Tensor(("param", self.param_index[key]), 0, tuple(arr.shape), dtype)
+        return Tensor(("param", self.add_array(arr)), 0, tuple(arr.shape), dtype)
 
     def value(self, expr, what: str):
         if isinstance(expr, relax.Var):
@@ -432,10 +491,15 @@ class _Translator:
     # ------------------------------------------------------------------- run
     def run(self) -> None:
         f = self.func
+        user = 0
         for i, p in enumerate(f.params):
             if not isinstance(p.ty, relax.TensorType):
                 raise UnsupportedError(f"parameter '{p.name}' is not a tensor ({p.ty}); the C export takes tensors")
-            self.values[p] = Tensor(("input", i), 0, check_shape(p.ty, f"parameter '{p.name}'"),
+            if i in self.state_of_param:
+                base = ("state", self.state_of_param[i])
+            else:
+                base, user = ("input", user), user + 1
+            self.values[p] = Tensor(base, 0, check_shape(p.ty, f"parameter '{p.name}'"),
                                     check_dtype(p.ty, f"parameter '{p.name}'"))
         body = f.body
         if not isinstance(body, relax.SeqExpr):
@@ -557,13 +621,28 @@ class _Translator:
                 raise UnsupportedError("main returns something that is not a tensor or a tuple of tensors")
 
         flat(self.result)
-        bases, copies = {}, []
-        for k, t in enumerate(leaves):
+        bases, copies, state_copies, in_place = {}, [], [], {}
+        user = [t for o, t in enumerate(leaves) if o not in self.state_of_output]
+        for k, t in enumerate(user):
             if t.base[0] == "result" and t.base[1] not in bases and t.offset == 0:
-                bases[t.base[1]] = k
+                bases[t.base[1]] = ("output", k)
             else:
                 copies.append((k, t))
-        for k, t in copies:
+        for o, k in sorted(self.state_of_output.items(), key=lambda x: x[1]):
+            t = leaves[o]
+            in_place[k] = True
+            if t.base == ("state", k) and t.offset == 0:
+                continue                        # the state does not change
+            if t.base[0] == "state":
+                raise UnsupportedError(f"state {k} becomes the old value of state {t.base[1]}; not supported")
+            if t.base[0] == "result" and t.base[1] not in bases and t.offset == 0:
+                in_place[k] = self._writes_after_reads(t.base[1], k)
+                bases[t.base[1]] = ("state" if in_place[k] else "state_next", k)
+                if not in_place[k]:
+                    state_copies.append((k, Tensor(("state_next", k), 0, t.shape, t.dtype)))
+            else:
+                state_copies.append((k, t))
+        for k, t in copies + state_copies:
             if t.base[0] == "result" and t.base[1] not in bases:
                 raise UnsupportedError(f"output {k} is a partial view of a result buffer; not supported")
         for c in self.calls:
@@ -571,21 +650,43 @@ class _Translator:
                 if isinstance(a, Tensor) and a.base[0] == "result" and a.base[1] not in bases:
                     raise UnsupportedError("an unplanned tensor that is not a result of main; "
                                            "memory planning must place every intermediate tensor")
-        return leaves, bases, copies
+        return user, bases, copies, state_copies, in_place
+
+    def _writes_after_reads(self, result: int, state: int) -> bool:
+        """True if every kernel call reading state ``state`` comes before the first call writing ``result``."""
+        def uses(c, base):
+            return any(isinstance(a, Tensor) and a.base == base for a in c.args)
+
+        writes = [i for i, c in enumerate(self.calls) if uses(c, ("result", result))]
+        reads = [i for i, c in enumerate(self.calls) if uses(c, ("state", state))]
+        return not writes or not reads or max(reads) < min(writes)
+
+    def add_array(self, arr: np.ndarray) -> int:
+        """Index of a constant array in the params (shared when equal)."""
+        arr = np.ascontiguousarray(arr)
+        key = (str(arr.dtype), arr.shape, arr.tobytes())
+        if key not in self.param_index:
+            self.param_index[key] = len(self.params)
+            self.params.append(arr)
+        return self.param_index[key]
 
 
 def translate(func, kernels: KernelModule, *, workspace=None, alignment: int = 16, prefix: str = "model",
-              input_names=None, comment: str = "") -> CProgram:
+              input_names=None, comment: str = "", states=()) -> CProgram:
     """Translate a planned Relax ``main`` into a :class:`CProgram`.
 
     ``workspace``: ``[(offset, bytes)]`` per kernel call in program order when the
     planner placed each call's workspace in the arena (ArenaPlanMemory); None
     appends one shared workspace region, as large as the largest need, after the
-    storages (TVM's StaticPlanBlockMemory plans no workspace).
+    storages (TVM's StaticPlanBlockMemory plans no workspace). ``states``: the
+    :class:`~tvm_memsched.relax.tflite_state.StateVar`\\ s of a stateful
+    ``main`` (their parameters and results become state buffers).
     """
-    tr = _Translator(func, kernels, alignment)
+    tr = _Translator(func, kernels, alignment, states)
     tr.run()
-    leaves, bases, copies = tr.outputs()
+    leaves, bases, copies, state_copies, in_place = tr.outputs()
+    cstates = [CState(s.name, tuple(s.shape), s.dtype, tr.add_array(s.init), in_place[k])
+               for k, s in enumerate(states)]
     storage_bytes = tr.storage_top
     if workspace is None:
         ws_base = _align(storage_bytes, alignment)
@@ -603,8 +704,9 @@ def translate(func, kernels: KernelModule, *, workspace=None, alignment: int = 1
             c.workspace_offset, c.workspace_bytes = off, size
         ws_bytes = 0
         arena = storage_bytes
-    names = list(input_names) if input_names is not None else [p.name for p in func.params]
-    inputs = [(names[i], tr.values[p].shape, tr.values[p].dtype) for i, p in enumerate(func.params)]
+    user = [p for i, p in enumerate(func.params) if i not in tr.state_of_param]
+    names = list(input_names) if input_names is not None else [p.name for p in user]
+    inputs = [(names[i], tr.values[p].shape, tr.values[p].dtype) for i, p in enumerate(user)]
     outputs = [(t.shape, t.dtype) for t in leaves]
     return CProgram(prefix, inputs, outputs, tr.calls, tr.params, storage_bytes, ws_bytes, arena, bases, copies,
-                    kernels, comment)
+                    kernels, comment, cstates, state_copies)
