@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import sys
 
+from .models import add_input_shape_argument, tflite_bytes
 from .output import write_json
 from .progress import progress_for
+
+#: invocations ``--run`` checks for a stateful model (its state carried from one to the next)
+STATEFUL_INVOCATIONS = 20
 
 __all__ = ["add_parser", "run"]
 
@@ -32,7 +36,8 @@ def add_parser(subparsers):
         description="Compile MODEL with tvm_memsched's pipeline and TVM's C code generator into a C project "
                     "with one static arena for a microcontroller board; optionally run it (QEMU or host) and "
                     "check its outputs against TVM.")
-    s.add_argument("model", metavar="MODEL", nargs="?", help="a .tflite file or zoo:NAME")
+    s.add_argument("model", metavar="MODEL", nargs="?", help="a .tflite, .onnx or .pt2 file, or zoo:NAME")
+    add_input_shape_argument(s)
     s.add_argument("--board", "-b", help="target board (see --list-boards)")
     s.add_argument("--out", "-o", metavar="DIR", help="output directory for the C project")
     s.add_argument("--list-boards", action="store_true", help="list the known boards and exit")
@@ -53,6 +58,12 @@ def add_parser(subparsers):
                                                       "compare the outputs with TVM's")
     s.add_argument("--host", action="store_true", help="with --run: build with the host compiler and run natively")
     s.add_argument("--seed", type=int, default=0, help="seed of the fixed test input (default 0)")
+    s.add_argument("--invocations", type=int, default=None, metavar="N",
+                   help="with --run: invoke the model N times on successive inputs (default 1; 20 for stateful "
+                        "models, whose state carries over; a stateful .tflite is checked against LiteRT)")
+    s.add_argument("--compare-tflm", action="store_true",
+                   help="for a .tflite: also measure TFLite Micro's smallest arena for the same file and compare "
+                        "it with our RAM total")
     s.add_argument("--no-measure", action="store_true",
                    help="do not cross-compile to measure flash and stack (no arm-none-eabi-gcc needed)")
     s.add_argument("--no-check-fit", action="store_true", help="do not fail when the model does not fit the board")
@@ -80,7 +91,12 @@ def run(args) -> int:
     from ..micro.builder import export
     from .models import load_relax_spec
 
-    mod, model_name = load_relax_spec(args.model)
+    if args.invocations is not None and args.invocations < 1:
+        raise MemschedError(f"--invocations must be at least 1, got {args.invocations}")
+    mod, model_name = load_relax_spec(args.model, input_shapes=args.input_shape)
+    source = tflite_bytes(args.model)
+    if args.compare_tflm and source is None:
+        raise MemschedError("--compare-tflm needs a .tflite model")
     original = mod
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
@@ -96,24 +112,42 @@ def run(args) -> int:
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
     code = 0
+    if args.compare_tflm:
+        from ..tflite.verify import tflm_arena
+
+        tflm = tflm_arena(source).min_arena
+        print(f"TFLite Micro's smallest arena for {args.model}: {tflm:,} B; our RAM total {exp.ram_bytes:,} B "
+              f"({'at most' if exp.ram_bytes <= tflm else 'MORE than'} TFLM's, {tflm / max(1, exp.ram_bytes):.2f}x)")
+        report["tflm_min_arena"] = tflm
     try:
         if not args.no_check_fit:
             exp.check_fit()
         if args.run:
-            from ..micro.run import default_inputs, reference_outputs, run_host, run_qemu
-
-            inputs = default_inputs(exp, args.seed)
-            reference = reference_outputs(original, inputs) if original is not mod else None
-            r = (run_host if args.host else run_qemu)(exp, inputs, reference=reference)
+            r = _run(args, exp, mod, original, source)
             print(r.summary())
             report["run"] = {"mode": r.mode, "max_abs_err": r.max_abs_err, "ok": r.ok, "seconds": r.seconds,
                              "instructions": r.instructions, "stack_used": r.stack_used,
-                             "workspace_high_water": r.workspace_high_water}
+                             "workspace_high_water": r.workspace_high_water, "invocations": r.invocations,
+                             "reference": r.reference_name}
             if not r.ok:
-                print(f"tvm-memsched: error: outputs differ from TVM's (max abs error {r.max_abs_err:.3g})",
-                      file=sys.stderr)
+                print(f"tvm-memsched: error: outputs differ from {r.reference_name}'s (max abs error "
+                      f"{r.max_abs_err:.3g})", file=sys.stderr)
                 code = 1
     finally:
         if args.json:
             write_json(args.json, report)
     return code
+
+
+def _run(args, exp, mod, original, source):
+    """Run the export (QEMU or host) on a sequence of inputs against the right reference."""
+    from ..micro.run import default_sequence, litert_reference, reference_sequence, run_host, run_qemu
+
+    n = args.invocations or (STATEFUL_INVOCATIONS if exp.states else 1)
+    sequence = default_sequence(exp, n, args.seed)
+    reference, name = None, "TVM"
+    if original is not mod:                  # rewritten: check against TVM on the original model
+        reference = reference_sequence(original, sequence, exp.states)
+    elif source is not None and exp.states:
+        reference, name = litert_reference(source, sequence), "LiteRT (reference kernels)"
+    return (run_host if args.host else run_qemu)(exp, sequence=sequence, reference=reference, reference_name=name)
