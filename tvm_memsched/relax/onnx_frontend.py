@@ -2,8 +2,8 @@
 
 The model is parsed with the ``onnx`` package (the optional extra ``onnx``),
 checked for a graph and an opset list (a file cut short either fails to parse
-or, cut between two fields, parses without what follows the graph) and
-imported with
+or, cut between two fields, parses without what follows the graph), its
+constant shape arithmetic folded (:mod:`.onnx_fold`) and imported with
 ``tvm.relax.frontend.onnx.from_onnx``, weights as constants. Input shapes come
 from the file; ``input_shapes`` sets symbolic ones (and may restate static
 ones). Errors: :class:`InputFileError` for unreadable or invalid files,
@@ -30,6 +30,7 @@ import warnings
 
 from ..core.errors import InputFileError, UnsupportedError, last_line
 from .input_shapes import check_static
+from .onnx_fold import fold_shapes
 
 __all__ = ["from_onnx_bytes"]
 
@@ -59,6 +60,7 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
         raise UnsupportedError(f"{what}: --input-shape names unknown input(s) {', '.join(unknown)}; the inputs are "
                                f"{', '.join(inputs) or 'none'}")
     shape_dict = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    model = fold_shapes(model, shape_dict)
     try:
         with warnings.catch_warnings():    # TVM re-warns what onnx's checker says about untyped outputs
             warnings.simplefilter("ignore")
