@@ -83,23 +83,21 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
                                "(pip install 'tvm_memsched[tvm]')") from None
     from tvm.relax.frontend.tflite import from_tflite
 
+    from .native_log import quiet_import
     from .tflite_converter import OperatorConverter
-
     from .tflite_state import import_stateful, is_stateful_tflite
 
-    try:
-        buf = _per_tensor_dimension_zero(buf, tflite)
-        model = tflite.Model.GetRootAsModel(buf, 0)
+    def run():
+        model = tflite.Model.GetRootAsModel(_per_tensor_dimension_zero(buf, tflite), 0)
         if model.SubgraphsLength() < 1:
             raise InputFileError(f"{what} has no subgraph")
         _check_offset_buffers(model, len(buf), what)
         if is_stateful_tflite(model, OperatorConverter(model, model.Subgraphs(0), None, None)):
             return import_stateful(model, OperatorConverter)
         return from_tflite(model, op_converter=OperatorConverter)
-    except InputFileError:
-        raise
-    except Exception as e:  # the flatbuffer reader and the frontend raise assorted errors on bad input
-        raise InputFileError(f"{what} could not be imported: {last_line(e, 400)}") from None
+
+    # the flatbuffer reader and the frontend raise assorted errors on bad input
+    return quiet_import(run, lambda e: InputFileError(f"{what} could not be imported: {last_line(e, 400)}"))
 
 
 def _check_offset_buffers(model, n: int, what: str) -> None:

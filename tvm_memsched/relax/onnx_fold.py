@@ -90,14 +90,28 @@ def _evaluate(node, values: dict, opset: int):
     return [np.asarray(r) for r in res]
 
 
-def fold_shapes(model, input_shapes: dict | None = None):
-    """A copy of the ONNX ``model`` with its constant shape arithmetic folded (see the module docstring)."""
+def fold_shapes(model, input_shapes: dict | None = None, rounds: int = 8):
+    """A copy of the ONNX ``model`` with its constant shape arithmetic folded (see the module docstring).
+
+    Folding a ``Shape`` can let shape inference see further (a ``ConstantOfShape``
+    of it has a known shape), so inference and folding repeat, at most ``rounds``
+    times, until nothing more folds.
+    """
     import onnx
-    from onnx import numpy_helper
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
     if input_shapes:
         _with_input_shapes(model, input_shapes)
+    for _ in range(rounds):
+        if not _fold_round(model):
+            break
+    return model
+
+
+def _fold_round(model) -> bool:
+    """One round of shape inference and folding, in place; True if a node was folded."""
+    from onnx import numpy_helper
+
     opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [17])
     g = model.graph
     values = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -128,8 +142,10 @@ def fold_shapes(model, input_shapes: dict | None = None):
         for name, arr in zip(node.output, outs):
             values[name] = arr
             folded.append(numpy_helper.from_array(arr, name))
-    used = {i for n in keep for i in n.input} | {o.name for o in g.output}
+    if not folded:
+        return False
+    used = {i for n in keep for i in n.input} | graph_outputs
     del g.node[:]
     g.node.extend(keep)
     g.initializer.extend(t for t in folded if t.name in used)
-    return model
+    return True

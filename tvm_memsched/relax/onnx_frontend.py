@@ -30,6 +30,7 @@ import warnings
 
 from ..core.errors import InputFileError, UnsupportedError, last_line
 from .input_shapes import check_static
+from .native_log import quiet_import
 from .onnx_fold import fold_shapes
 
 __all__ = ["from_onnx_bytes"]
@@ -60,16 +61,27 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
         raise UnsupportedError(f"{what}: --input-shape names unknown input(s) {', '.join(unknown)}; the inputs are "
                                f"{', '.join(inputs) or 'none'}")
     shape_dict = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    for vi in model.graph.input:
+        if vi.name in shape_dict:
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+            given = shape_dict[vi.name]
+            if len(dims) != len(given) or any(d is not None and d != v for d, v in zip(dims, given)):
+                raise UnsupportedError(f"{what}: input '{vi.name}' has shape "
+                                       f"{'x'.join('?' if d is None else str(d) for d in dims)} (rank {len(dims)}); "
+                                       f"--input-shape gives {'x'.join(map(str, given))}")
     model = fold_shapes(model, shape_dict)
-    try:
+
+    def run():
         with warnings.catch_warnings():    # TVM re-warns what onnx's checker says about untyped outputs
             warnings.simplefilter("ignore")
-            mod = from_onnx(model, shape_dict=shape_dict or None)
-    except Exception as e:  # TVM raises OpNotImplemented, TVMError, ValueError, AssertionError...
-        msg = last_line(e)
+            return from_onnx(model, shape_dict=shape_dict or None)
+
+    def failure(e):  # TVM raises OpNotImplemented, TVMError, ValueError, AssertionError...
         m = re.search(r"operators are not supported for frontend ONNX: (.*)", str(e))
         if m:
-            raise UnsupportedError(f"{what}: unsupported ONNX operator(s): {m.group(1).strip()}") from None
-        raise UnsupportedError(f"{what} could not be imported by TVM's ONNX frontend: {msg}") from None
+            return UnsupportedError(f"{what}: unsupported ONNX operator(s): {m.group(1).strip()}")
+        return UnsupportedError(f"{what} could not be imported by TVM's ONNX frontend: {last_line(e)}")
+
+    mod = quiet_import(run, failure)
     check_static(mod, what)
     return mod

@@ -29,6 +29,7 @@ import warnings
 
 from ..core.errors import InputFileError, UnsupportedError, last_line
 from .input_shapes import bind_input_shapes, check_static
+from .native_log import quiet_import
 
 __all__ = ["from_pt2_bytes"]
 
@@ -53,17 +54,20 @@ def from_pt2_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "mo
                              f"{type(e).__name__}: {last_line(e, 160)}") from None
     finally:
         log.setLevel(level)
-    try:
+
+    def run():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            mod = from_exported_program(ep, unwrap_unit_return_tuple=True)
-    except Exception as e:  # AssertionError for unknown operators, NotImplementedError, TVMError...
+            return from_exported_program(ep, unwrap_unit_return_tuple=True)
+
+    def failure(e):  # AssertionError for unknown operators, NotImplementedError, TVMError...
         m = re.search(r"Unsupported function types \[(.*)\]", str(e))
         if m:
             ops = ", ".join(s.strip().strip("'\"") for s in m.group(1).split(","))
-            raise UnsupportedError(f"{what}: unsupported PyTorch operator(s): {ops}") from None
-        raise UnsupportedError(f"{what} could not be imported by TVM's PyTorch frontend: "
-                               f"{last_line(e)}") from None
+            return UnsupportedError(f"{what}: unsupported PyTorch operator(s): {ops}")
+        return UnsupportedError(f"{what} could not be imported by TVM's PyTorch frontend: {last_line(e)}")
+
+    mod = quiet_import(run, failure)
     mod = bind_input_shapes(mod, input_shapes, what)
     check_static(mod, what)
     return mod
