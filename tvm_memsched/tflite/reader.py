@@ -19,7 +19,16 @@ Only subgraph 0 (the model's main graph) is scheduled:
   transposed convolutions, fully-connected layers and batch matmuls, else 0),
   ``elements`` (output elements), ``param_bytes`` (bytes of the constant
   buffers it reads) and ``params`` (those buffers as ``(buffer index, bytes)``
-  pairs, so callers can count a buffer shared by several ops once).
+  pairs, so callers can count a buffer shared by several ops once);
+* stateful models (:mod:`.state`): ``CALL_ONCE`` and the resource-variable
+  operators are ops like any other, a ``VAR_HANDLE``'s handle is a zero-byte
+  tensor (the runtimes keep handles and variables outside the arena), and the
+  order the reads and assignments of one variable must keep is expressed by
+  zero-byte token tensors ``order#<index>`` written by the earlier operator and
+  read by the later one; :attr:`TFLiteGraph.state` describes the variables;
+* constants stored after the flatbuffer (``Buffer.offset`` / ``Buffer.size``)
+  are read from the file (:func:`load_model` gives their buffers the data);
+  :attr:`TFLiteGraph.offset_buffers` says the file used that layout.
 
 Graph names: a tensor keeps its TFLite name when that name is non-empty and
 unique in subgraph 0; otherwise it becomes ``"<name>#<index>"`` (or
@@ -32,12 +41,13 @@ Errors are :mod:`tvm_memsched.core.errors` exceptions: :class:`InputFileError`
 for files that are not TFLite flatbuffers, are truncated or corrupt, or whose
 dataflow is inconsistent; :class:`UnsupportedError` for features the scheduler
 cannot model: control-flow operators calling other subgraphs (``WHILE``,
-``IF``, ``CALL_ONCE``, StableHLO regions...), variable or resource tensors,
-dynamic shapes (a ``-1`` in ``shape_signature`` beyond the batch dimension;
-a dynamic batch, which the TFLite converter writes for every Keras model, is
-planned at the stored shape, as TFLite Micro allocates it), sparse
-activations, string tensors, and buffers stored outside the flatbuffer. Extra subgraphs that no
-operator of subgraph 0 calls are allowed and left untouched.
+``IF``, ``CALL``, StableHLO regions...; ``CALL_ONCE`` of an initialisation
+subgraph without inputs, outputs or further control flow is supported),
+legacy variable tensors (``is_variable``), dynamic shapes (a ``-1`` in
+``shape_signature`` beyond the batch dimension; a dynamic batch, which the
+TFLite converter writes for every Keras model, is planned at the stored shape,
+as TFLite Micro allocates it), sparse activations and string tensors. Extra
+subgraphs that no operator of subgraph 0 calls are allowed and left untouched.
 
 Example
 -------
@@ -160,7 +170,9 @@ def load_model(buf: bytes, what: str = "model"):
     Raises :class:`InputFileError` for data that is not a TFLite flatbuffer
     (too short, no ``TFL3`` identifier, root offset out of range) and for
     truncated or corrupt files (any out-of-range offset or impossible value
-    met while unpacking, or inconsistent indices).
+    met while unpacking, or inconsistent indices, or a buffer stored after the
+    flatbuffer that reaches past the end of the file). Buffers stored after the
+    flatbuffer get their data (views into ``buf``) and offset/size 0.
     """
     from . import builder
 
