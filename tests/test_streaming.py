@@ -267,3 +267,6 @@ def test_offset_buffer_files_in_relax_and_truncated(kws, tmp_path, capsys):
     for cmd in (["tflite", "-o", tmp_path / "o.tflite"], ["compare"], ["info"]):
         assert_one_line_error(cli(capsys, cmd[0], tmp_path / "cut.tflite", *cmd[1:]), "cut.tflite", "truncated")
     assert_clean_error(run("info", str(tmp_path / "cut.tflite")), "truncated")
+    (tmp_path / "off.tflite").write_bytes(off)
+    assert_one_line_error(cli(capsys, "micro", tmp_path / "off.tflite", "--board", "mps2-an386", "--out",
+                              tmp_path / "m", "--compare-tflm"), "TFLite Micro cannot read")

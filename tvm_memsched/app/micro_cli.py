@@ -97,6 +97,12 @@ def run(args) -> int:
     source = tflite_bytes(args.model)
     if args.compare_tflm and source is None:
         raise MemschedError("--compare-tflm needs a .tflite model")
+    if args.compare_tflm:
+        from ..tflite.builder import offset_buffer_count
+
+        if offset_buffer_count(source):
+            raise MemschedError(f"--compare-tflm: TFLite Micro cannot read {args.model}, whose constants are stored "
+                                "after the flatbuffer (Buffer.offset)")
     original = mod
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
