@@ -11,7 +11,9 @@ may name the same one). :func:`analyze_state` finds them in a ``ModelT``:
   allocates it from the arena's persistent tail, LiteRT separately);
   :attr:`ModelState.bytes` is its size;
 * the accesses of one variable must keep their file order except that reads
-  commute with reads, and ``CALL_ONCE`` must run before any of them.
+  commute with reads, and ``CALL_ONCE`` must run before any of them (it keeps
+  its place before every operator that follows it in the file: what its
+  subgraph initialises, variables or tables, is used only after it).
   :attr:`ModelState.edges` lists these as ``(before, after)`` operator index
   pairs, which :mod:`.reader` turns into zero-byte token tensors of the core
   graph, so every scheduler keeps them without knowing about state;
@@ -132,9 +134,10 @@ def _scan(model, si: int, kinds, state: ModelState, label: str, record: bool) ->
                     var.assigns.append(oi)
 
 
-def _order_edges(state: ModelState) -> list:
-    """(before, after) pairs: accesses of one variable in file order, reads commuting; CALL_ONCE first."""
-    edges = set()
+def _order_edges(state: ModelState, n_ops: int) -> list:
+    """(before, after) pairs: accesses of one variable in file order, reads commuting; every operator after a
+    CALL_ONCE in the file stays after it."""
+    edges = {(c, i) for c, _ in state.call_once for i in range(c + 1, n_ops)}
     for var in state.variables.values():
         accesses = sorted([(i, "r") for i in var.reads] + [(i, "w") for i in var.assigns])
         last_write, since = None, []
@@ -148,8 +151,6 @@ def _order_edges(state: ModelState) -> list:
                 if last_write is not None:
                     edges.add((last_write, i))
                 since.append(i)
-        for c, _ in state.call_once:
-            edges.update((c, i) for i, _ in accesses if i > c)
     return sorted(edges)
 
 
@@ -187,5 +188,5 @@ def analyze_state(model, label: str = "model") -> ModelState:
                                        f"{oi}); nested control flow is not supported")
         _scan(model, init, kinds, state, label, record=False)
     _scan(model, 0, kinds, state, label, record=True)
-    state.edges = _order_edges(state)
+    state.edges = _order_edges(state, len(model.subgraphs[0].operators or []))
     return state
