@@ -193,7 +193,8 @@ def fit_report(exp: MicroExport) -> str:
             for r in rows]
     saved = exp.default.arena_bytes - exp.ours.arena_bytes
     text.append(f"  arena saved: {saved:,} B ({exp.default.arena_bytes / max(1, exp.ours.arena_bytes):.2f}x smaller)"
-                "; RAM total = arena + runtime statics + stack estimate + I/O buffers")
+                "; RAM total = arena + runtime statics" + (" and state buffers" if exp.states else "")
+                + " + stack estimate + I/O buffers")
     return "\n".join(text)
 
 
