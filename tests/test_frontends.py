@@ -18,9 +18,9 @@ from tvm_memsched.zoo import torch_nets
 #: small versions of the public architectures (32x32 inputs): name -> network
 TINY = {
     "squeezenet": lambda: torch_nets.squeezenet(0.25, 10),
-    "inception_v1": lambda: torch_nets.inception_v1(0.125, 10, modules=3),
-    "densenet": lambda: torch_nets.densenet(0.25, 10, blocks=(3, 3), growth=16),
-    "shufflenet_v2": lambda: torch_nets.shufflenet_v2(0.25, 10, repeats=(2, 2, 1)),
+    "inception_v1": lambda: torch_nets.inception_v1(0.125, 10, modules=2),
+    "densenet": lambda: torch_nets.densenet(0.25, 10, blocks=(2, 2), growth=16),
+    "shufflenet_v2": lambda: torch_nets.shufflenet_v2(0.25, 10, repeats=(1, 2, 1)),
 }
 
 
@@ -214,15 +214,19 @@ def test_compare_onnx(files, name, tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_pt2_and_dynamic_onnx(files, tmp_path):
+def test_compare_pt2(files, tmp_path):
     out = tmp_path / "c.json"
     p = run("compare", files["squeezenet.pt2"], "--json", str(out))
     assert p.returncode == 0, p.stderr
     pt2 = json.loads(out.read_text())
     assert pt2["numerics_ok"] and pt2["ratio"] > 1.2
-    p = run("compare", files["squeezenet_dyn.onnx"], "--input-shape", "input=1x3x32x32", "--json", str(out))
-    assert p.returncode == 0, p.stderr
-    assert json.loads(out.read_text())["ratio"] == pt2["ratio"]
+
+
+def test_dynamic_onnx_batch_with_input_shape(files, capsys):
+    code, out, err = cli(capsys, "info", files["squeezenet_dyn.onnx"], "--input-shape", "input=2x3x32x32", "--json")
+    assert code == 0, err
+    one = json.loads(cli(capsys, "info", files["squeezenet.onnx"], "--json")[1])
+    assert json.loads(out)["lower_bound_bytes"] == 2 * one["lower_bound_bytes"]
 
 
 @pytest.mark.slow
