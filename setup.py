@@ -7,7 +7,8 @@ ILP = ["ortools==9.15.6755"]
 TFLITE = ["ai-edge-litert==2.3.0", "tflite-micro==0.dev20261023182759"]
 PLOT = ["matplotlib>=3.7"]
 TORCH = ["torch==2.13.0"]
-ALL = TVM + ILP + TFLITE + PLOT
+ONNX = ["onnx==1.23.2"]   # .onnx models (relax.frontend.onnx)
+ALL = TVM + ILP + TFLITE + PLOT + ONNX
 TEST = ALL + TORCH + ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"]
 
 setup(
@@ -22,7 +23,7 @@ setup(
     package_data={"tvm_memsched": ["zoo/data/*.json", "schedulers/data/*.npz", "tflite/data/*.npz",
                                     "micro/runtime/*"]},
     install_requires=["numpy>=1.24", "networkx>=3.0"],
-    extras_require={"tvm": TVM, "ilp": ILP, "tflite": TFLITE, "plot": PLOT, "torch": TORCH,
+    extras_require={"tvm": TVM, "ilp": ILP, "tflite": TFLITE, "plot": PLOT, "torch": TORCH, "onnx": ONNX,
                     "all": ALL, "test": TEST},
     entry_points={"console_scripts": ["tvm-memsched=tvm_memsched.app.cli:main"]},
 )

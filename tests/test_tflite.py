@@ -260,7 +260,7 @@ def test_unused_subgraph_is_kept_but_no_plan():
     assert tg.num_subgraphs == 2 and tg.notes
     out = optimize_tflite(tg).output
     assert len(load_model(out).subgraphs) == 2 and compare_litert(buf, out).identical
-    with pytest.raises(UnsupportedError, match="single-subgraph"):
+    with pytest.raises(UnsupportedError, match="further subgraphs to keep nothing in the arena"):
         optimize_tflite(tg, offline_plan=True)
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..core.errors import MemschedError
-from .models import load_graph_spec
+from .models import add_input_shape_argument, load_graph_spec
 from .output import fmt_bytes, table, write_json
 from .progress import progress_for
 
@@ -25,7 +25,7 @@ def cmd_simulate(args) -> int:
     from ..core.io import load_order
     from ..core.simulate import simulate
 
-    graph = load_graph_spec(args.graph)
+    graph = load_graph_spec(args.graph, args.input_shape)
     order = load_order(args.order)
     result = simulate(graph, order)
     if args.json:
@@ -41,7 +41,7 @@ def cmd_simulate(args) -> int:
 def cmd_schedule(args) -> int:
     from ..schedulers import schedule
 
-    graph = load_graph_spec(args.graph)
+    graph = load_graph_spec(args.graph, args.input_shape)
     result = schedule(graph, method=args.method, time_limit=args.time_limit, progress=progress_for(args))
     out = result.to_dict()
     if args.output:
@@ -59,7 +59,7 @@ def cmd_info(args) -> int:
     from ..core.bounds import lower_bound_details
     from ..schedulers import schedule
 
-    graph = load_graph_spec(args.graph)
+    graph = load_graph_spec(args.graph, args.input_shape)
     lb = lower_bound_details(graph)
     info = {"name": graph.name, "ops": graph.num_ops, "tensors": graph.num_tensors,
             "inputs": len(graph.inputs), "outputs": len(graph.outputs),
@@ -84,7 +84,7 @@ def cmd_compare(args) -> int:
     """TVM's default pipeline vs ours on one model."""
     from .models import load_relax_spec
 
-    mod, name = load_relax_spec(args.model)   # bad specs and files fail here, before TVM is imported
+    mod, name = load_relax_spec(args.model, args.input_shape)   # bad specs and files fail here
     from ..relax.compare import compare
 
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
@@ -104,7 +104,7 @@ def cmd_bench(args) -> int:
     from .report import markdown, run_report, write_report
 
     rep = run_report(args.models, quick=args.quick, methods=args.methods, time_limit=args.time_limit,
-                     repeats=args.repeats, tvm=not args.no_tvm, tvm_all=args.tvm_all)
+                     repeats=args.repeats, tvm=not args.no_tvm, tvm_all=args.tvm_all, input_shapes=args.input_shape)
     print(markdown(rep))
     if args.out:
         files = write_report(rep, args.out, plots=not args.no_plots)
@@ -146,15 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
+    graph_help = "a graph JSON file, a .tflite, .onnx or .pt2 file, or zoo:NAME[:int8]"
     s = sub.add_parser("simulate", help="peak memory of a given order")
-    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file, a .tflite file or zoo:NAME[:int8]")
+    s.add_argument("graph", metavar="GRAPH.json", help=graph_help)
+    add_input_shape_argument(s)
     s.add_argument("order", metavar="ORDER.json", help="a JSON list of op names or {\"order\": [...]}")
     s.add_argument("--json", action="store_true", help="print a JSON object (with peak_bytes)")
     s.add_argument("--full", action="store_true", help="with --json: include per-step footprints")
     s.set_defaults(fn=cmd_simulate)
 
     s = sub.add_parser("schedule", help="find a low-peak order")
-    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file, a .tflite file or zoo:NAME[:int8]")
+    s.add_argument("graph", metavar="GRAPH.json", help=graph_help)
+    add_input_shape_argument(s)
     s.add_argument("--method", default="auto", choices=available_methods())
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
     s.add_argument("--output", "-o", metavar="OUT.json", help="write the result here (default: stdout)")
@@ -162,12 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_schedule)
 
     s = sub.add_parser("info", help="op/tensor counts, lower bound and baseline peaks")
-    s.add_argument("graph", metavar="GRAPH.json", help="a graph JSON file, a .tflite file or zoo:NAME[:int8]")
+    s.add_argument("graph", metavar="GRAPH.json", help=graph_help)
+    add_input_shape_argument(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
 
     s = sub.add_parser("compare", help="TVM's default pipeline vs tvm_memsched on a model")
-    s.add_argument("model", metavar="MODEL", help="a .tflite file or zoo:NAME")
+    s.add_argument("model", metavar="MODEL", help="a .tflite, .onnx or .pt2 file, or zoo:NAME")
+    add_input_shape_argument(s)
     s.add_argument("--method", default="auto", choices=available_methods())
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
     s.add_argument("--target", default="llvm", help="TVM target kind (default llvm)")
@@ -186,7 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="benchmark report on zoo models (TVM default vs ours, all schedulers)")
     s.add_argument("--quick", action="store_true", help="a small subset in a few minutes")
-    s.add_argument("--models", nargs="*", help="zoo model names ('default' = the default model)")
+    s.add_argument("--models", nargs="*", help="zoo model names ('default' = the default model) or model files "
+                                                 "(.tflite, .onnx, .pt2)")
+    add_input_shape_argument(s)
     s.add_argument("--methods", nargs="*", choices=available_methods())
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="per scheduler run (default 10, quick 2)")

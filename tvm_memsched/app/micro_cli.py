@@ -27,8 +27,12 @@ from __future__ import annotations
 import sys
 
 from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available
+from .models import add_input_shape_argument
 from .output import write_json
 from .progress import progress_for
+
+#: invocations ``--run`` checks for a stateful model (its state carried from one to the next)
+STATEFUL_INVOCATIONS = 20
 
 __all__ = ["add_parser", "run"]
 
@@ -42,7 +46,8 @@ def add_parser(subparsers):
         description="Compile MODEL with tvm_memsched's pipeline and TVM's C code generator into a C project "
                     "with one static arena for a microcontroller board; optionally run it (QEMU or host) and "
                     "check its outputs against TVM.")
-    s.add_argument("model", metavar="MODEL", nargs="?", help="a .tflite file or zoo:NAME")
+    s.add_argument("model", metavar="MODEL", nargs="?", help="a .tflite, .onnx or .pt2 file, or zoo:NAME[:int8]")
+    add_input_shape_argument(s)
     s.add_argument("--board", "-b", help="target board (see --list-boards)")
     s.add_argument("--out", "-o", metavar="DIR", help="output directory for the C project")
     s.add_argument("--list-boards", action="store_true", help="list the known boards and exit")
@@ -77,6 +82,9 @@ def add_parser(subparsers):
                                                       "compare the outputs with TVM's")
     s.add_argument("--host", action="store_true", help="with --run: build with the host compiler and run natively")
     s.add_argument("--seed", type=int, default=0, help="seed of the fixed test input (default 0)")
+    s.add_argument("--invocations", type=int, default=None, metavar="N",
+                   help="with --run: invoke the model N times on successive inputs (default 1; 20 for stateful "
+                        "models, whose state carries over; a stateful .tflite is checked against LiteRT)")
     s.add_argument("--no-measure", action="store_true",
                    help="do not cross-compile to measure flash and stack (no arm-none-eabi-gcc needed)")
     s.add_argument("--no-check-fit", action="store_true", help="do not fail when the model does not fit the board")
@@ -102,17 +110,23 @@ def run(args) -> int:
         raise MemschedError(f"--time-limit must be positive, got {args.time_limit}")
 
     from ..micro.builder import export
-    from .models import load_relax_spec, tflite_bytes_of
+    from ..tflite.builder import offset_buffer_count
+    from .models import load_relax_spec, tflite_bytes
 
-    mod, model_name = load_relax_spec(args.model)
-    tfl = tflite_bytes_of(args.model)
+    if args.invocations is not None and args.invocations < 1:
+        raise MemschedError(f"--invocations must be at least 1, got {args.invocations}")
+    mod, model_name = load_relax_spec(args.model, input_shapes=args.input_shape)
+    tfl = tflite_bytes(args.model)
+    tflm_readable = tfl is not None and tflite_available() and not offset_buffer_count(tfl)
     compare_tflm = args.compare_tflm
     if compare_tflm is None:
-        from ..micro.sidebyside import tflite_available
-
-        compare_tflm = tfl is not None and tflite_available()
+        compare_tflm = tflm_readable
     elif compare_tflm and tfl is None:
         raise MemschedError(f"--compare-tflm needs a .tflite model (or zoo:NAME:int8), got '{args.model}'")
+    elif compare_tflm and not tflm_readable:
+        raise MemschedError(f"--compare-tflm: TFLite Micro cannot read {args.model}" +
+                            (", whose constants are stored after the flatbuffer (Buffer.offset)"
+                             if offset_buffer_count(tfl) else " (tflite-micro is not installed)"))
     original = mod
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
@@ -152,7 +166,7 @@ def run(args) -> int:
         if not args.no_check_fit:
             exp.check_fit()
         if args.run:
-            code = _run(args, exp, dflt, original, mod, tfl, sides, report)
+            code = _run(args, exp, dflt, original, mod, tfl if tflm_readable else None, sides, report)
     finally:
         print(side_by_side(board.name, sides.get("tflm"), sides.get("default"), sides["ours"]))
         report["side_by_side"] = sides
@@ -165,30 +179,37 @@ def run(args) -> int:
 
 
 def _run(args, exp, dflt, original, mod, tfl, sides, report) -> int:
-    """``--run``: ours (checked against TVM, and against TFLite Micro for .tflite models), then TVM's default."""
-    from ..micro.run import default_inputs, reference_outputs, run_host, run_qemu
+    """``--run``: ours on a sequence of inputs (checked against TVM on the same arithmetic; a stateful model
+    against LiteRT's reference kernels over the sequence), against TFLite Micro for a .tflite model, then TVM's
+    default build."""
+    from ..micro.run import default_sequence, litert_reference, reference_sequence, run_host, run_qemu
 
     run = run_host if args.host else run_qemu
-    inputs = default_inputs(exp, args.seed)
-    reference = None
+    n = args.invocations or (STATEFUL_INVOCATIONS if exp.states else 1)
+    sequence = default_sequence(exp, n, args.seed)
+    reference, name = None, "TVM"
     if original is not mod:           # rewritten: check against the original model's arithmetic
         if exp.int8:
             from ..relax.int8.lower import lower_int8
 
             original = lower_int8(original)[0]
-        reference = reference_outputs(original, inputs)
-    r = run(exp, inputs, reference=reference)
+        reference = reference_sequence(original, sequence, exp.states)
+    elif tfl is not None and exp.states:
+        reference, name = litert_reference(tfl, sequence), "LiteRT (reference kernels)"
+    r = run(exp, sequence=sequence, reference=reference, reference_name=name)
     print(r.summary())
     sides["ours"]["instructions"] = r.instructions
     report["run"] = {"mode": r.mode, "max_abs_err": r.max_abs_err, "ok": r.ok, "seconds": r.seconds,
                      "instructions": r.instructions, "stack_used": r.stack_used,
-                     "workspace_high_water": r.workspace_high_water}
+                     "workspace_high_water": r.workspace_high_water, "invocations": r.invocations,
+                     "reference": r.reference_name}
     code = 0
     if not r.ok:
-        print(f"tvm-memsched: error: outputs differ from TVM's (max abs error {r.max_abs_err:.3g})", file=sys.stderr)
+        print(f"tvm-memsched: error: outputs differ from {r.reference_name}'s (max abs error {r.max_abs_err:.3g})",
+              file=sys.stderr)
         code = 1
-    if tfl is not None and tflite_available():
-        chk = check_against_tflite(tfl, inputs, r.outputs)
+    if tfl is not None and not exp.states:
+        chk = check_against_tflite(tfl, sequence[0], r.outputs)
         report["tflite_check"] = chk
         t, lt = chk["tflm"], chk["litert_ref"]
         print(f"vs TFLite Micro: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
@@ -199,7 +220,7 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report) -> int:
             code = 1
     if dflt is not None:
         if dflt.fits:
-            rd = run(dflt, inputs)
+            rd = run(dflt, sequence[0])
             sides["default"]["instructions"] = rd.instructions
             report["tvm_default_run"] = {"ok": rd.ok, "instructions": rd.instructions, "max_abs_err": rd.max_abs_err}
         else:

@@ -1,19 +1,22 @@
-"""Model specs of the command line, resolved in one place: ``zoo:NAME[:DTYPE]``, ``.tflite`` and graph JSON files.
+"""Model specs of the command line, resolved in one place: ``zoo:NAME[:DTYPE]`` and model files.
 
 Each command names its model with a spec and gets what the library functions
 take:
 
 * :func:`load_graph_spec` - a core :class:`~tvm_memsched.core.Graph` (``info``,
-  ``schedule``, ``simulate``): graph JSON, ``.tflite`` or zoo;
+  ``schedule``, ``simulate``): graph JSON, ``.tflite`` (its subgraph 0),
+  ``.onnx`` / ``.pt2`` (the operator graph of the imported Relax ``main``) or zoo;
 * :func:`load_relax_spec` - a Relax IRModule and a name (``compare``,
-  ``micro``): ``.tflite`` (:mod:`tvm_memsched.relax.frontend`) or zoo;
+  ``micro``, ``bench``): ``.tflite``, ``.onnx``, ``.pt2``
+  (:mod:`tvm_memsched.relax.frontend`) or zoo;
 * :func:`load_tflite_spec` - a :class:`~tvm_memsched.tflite.reader.TFLiteGraph`
   (``tflite``, ``coral``): ``.tflite`` or zoo, written on the fly.
 
 ``zoo:NAME`` is a network of :mod:`tvm_memsched.zoo` (float32);
 ``zoo:NAME:int8`` its full-integer variant where the target takes one (graphs
-and ``.tflite``). Bad specs raise a one-line
-:class:`~tvm_memsched.core.errors.MemschedError`.
+and ``.tflite``). ``--input-shape NAME=1x3x224x224`` (:func:`parse_input_shapes`)
+sets the symbolic input dimensions an ``.onnx`` or ``.pt2`` file leaves open.
+Bad specs raise a one-line :class:`~tvm_memsched.core.errors.MemschedError`.
 
 Example
 -------
@@ -21,20 +24,25 @@ Example
 (('resnet', 'int8'), None)
 >>> load_graph_spec("zoo:swiftnet_like").name
 'swiftnet_like'
+>>> parse_input_shapes(["x=1x3x32x32"])
+{'x': (1, 3, 32, 32)}
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from .. import zoo
-from ..core.errors import InputFileError, UnsupportedError
+from ..core.errors import InputFileError, MemschedError, UnsupportedError
 
-__all__ = ["ZOO_PREFIX", "parse_zoo_spec", "load_graph_spec", "load_relax_spec", "load_tflite_spec",
-           "tflite_bytes_of"]
+__all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "parse_input_shapes", "add_input_shape_argument",
+           "is_model_file", "load_graph_spec", "load_relax_spec", "load_tflite_spec", "tflite_bytes"]
 
 #: the prefix of zoo model specs
 ZOO_PREFIX = "zoo:"
+#: model file extensions (besides graph JSON) the commands take
+MODEL_FILES = (".tflite", ".onnx", ".pt2")
 
 _DTYPES = ("float32", "int8")
 
@@ -54,28 +62,71 @@ def parse_zoo_spec(spec: str) -> tuple[str, str] | None:
     return name, dtype
 
 
+def parse_input_shapes(items) -> dict:
+    """``{name: shape}`` from ``--input-shape`` values ``NAME=D1xD2x...`` (positive integers); empty for None."""
+    shapes: dict = {}
+    for item in items or []:
+        name, _, dims = item.partition("=")
+        if not name or not re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*)*", dims.strip()):
+            raise MemschedError(f"bad --input-shape '{item}': use NAME=D1xD2x... with positive integers, "
+                                "e.g. input=1x3x224x224")
+        if name in shapes:
+            raise MemschedError(f"--input-shape gives input '{name}' twice")
+        shapes[name] = tuple(int(d) for d in dims.strip().split("x"))
+    return shapes
+
+
+def add_input_shape_argument(parser) -> None:
+    """Add ``--input-shape NAME=SHAPE`` (repeatable) to an argparse parser."""
+    parser.add_argument("--input-shape", action="append", default=None, metavar="NAME=1x3x224x224",
+                        help="static shape of an input an .onnx / .pt2 file leaves symbolic (repeat per input)")
+
+
 def _extension(spec: str) -> str:
     return os.path.splitext(spec)[1].lower()
 
 
-def load_graph_spec(spec: str):
-    """The core Graph of a graph JSON file, a ``.tflite`` file or ``zoo:NAME[:int8]``."""
+def is_model_file(spec: str) -> bool:
+    """True if ``spec`` names a model file (``.tflite``, ``.onnx``, ``.pt2``) rather than a zoo network."""
+    return parse_zoo_spec(spec) is None and _extension(spec) in MODEL_FILES
+
+
+def load_graph_spec(spec: str, input_shapes=None):
+    """The core Graph of a graph JSON, ``.tflite``, ``.onnx`` or ``.pt2`` file, or of ``zoo:NAME[:int8]``.
+
+    ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
+    """
     z = parse_zoo_spec(spec)
+    ext = _extension(spec)
+    if input_shapes and (z is not None or ext not in (".onnx", ".pt2")):
+        raise UnsupportedError(f"'{spec}': --input-shape is for .onnx and .pt2 files")
     if z is not None:
         return zoo.graph(*z)
-    if _extension(spec) == ".tflite":
+    if ext == ".tflite":
         return load_tflite_spec(spec).graph
+    if ext in MODEL_FILES:
+        from ..relax.graph import function_graph
+
+        mod, name = load_relax_spec(spec, input_shapes)
+        return function_graph(mod["main"], name)
     from ..core.io import load_graph
 
     return load_graph(spec)
 
 
-def load_relax_spec(spec: str):
-    """``(IRModule, name)`` of a ``.tflite`` file, ``zoo:NAME`` or ``zoo:NAME:int8`` (its int8 .tflite imported)."""
+def load_relax_spec(spec: str, input_shapes=None):
+    """``(IRModule, name)`` of a ``.tflite``, ``.onnx`` or ``.pt2`` file or of ``zoo:NAME[:int8]``.
+
+    ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
+    """
     z = parse_zoo_spec(spec)
+    shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
     if z is not None:
         name, dtype = z
-        if dtype != "float32":
+        if shapes:
+            raise UnsupportedError(f"'{spec}': zoo networks have static shapes; --input-shape is for .onnx and "
+                                   ".pt2 files")
+        if dtype != "float32":        # the zoo's int8 .tflite, imported (then int8-lowered by our pipeline)
             from ..relax.frontend import from_tflite_bytes
 
             return from_tflite_bytes(zoo.tflite(name, dtype), spec), f"{name}_{dtype}"
@@ -83,30 +134,14 @@ def load_relax_spec(spec: str):
     ext = _extension(spec)
     if ext == ".json":
         raise UnsupportedError(f"{spec} is a graph JSON: it has no operators TVM can compile. "
-                               "Give a .tflite file or zoo:NAME, or schedule the graph with "
+                               "Give a .tflite, .onnx or .pt2 file or zoo:NAME, or schedule the graph with "
                                "'tvm-memsched schedule'")
-    if ext != ".tflite":
-        raise UnsupportedError(f"unsupported model file '{spec}': expected a .tflite file or zoo:NAME")
-    from ..relax.frontend import from_tflite_file
+    if ext not in MODEL_FILES:
+        raise UnsupportedError(f"unsupported model file '{spec}': expected a .tflite, .onnx or .pt2 file or "
+                               "zoo:NAME")
+    from ..relax.frontend import from_file
 
-    return from_tflite_file(spec), os.path.splitext(os.path.basename(spec))[0]
-
-
-def tflite_bytes_of(spec: str) -> bytes | None:
-    """The ``.tflite`` bytes behind a model spec (a ``.tflite`` file or ``zoo:NAME:int8``), else None.
-
-    ``zoo:NAME`` (float32) is built as a Relax module directly, so it has none.
-    """
-    z = parse_zoo_spec(spec)
-    if z is not None:
-        return zoo.tflite(*z) if z[1] != "float32" else None
-    if _extension(spec) != ".tflite":
-        return None
-    try:
-        with open(spec, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise InputFileError(f"cannot read {spec}: {e.strerror or e}") from None
+    return from_file(spec, shapes or None), os.path.splitext(os.path.basename(spec))[0]
 
 
 def load_tflite_spec(spec: str):
@@ -117,4 +152,19 @@ def load_tflite_spec(spec: str):
     if z is not None:
         name, dtype = z
         return read_tflite(zoo.tflite(name, dtype), name=name + ("_int8" if dtype == "int8" else ""), label=spec)
+    if _extension(spec) in (".onnx", ".pt2"):
+        raise UnsupportedError(f"{spec}: this command rewrites .tflite files; give a .tflite file or zoo:NAME")
     return read_tflite(spec)
+
+
+def tflite_bytes(spec: str) -> bytes | None:
+    """The ``.tflite`` bytes behind a spec (a ``.tflite`` file or ``zoo:NAME:int8``; the reference for checks),
+    None for other specs (``zoo:NAME`` is built as a Relax module directly)."""
+    z = parse_zoo_spec(spec)
+    if z is not None:
+        return zoo.tflite(*z) if z[1] != "float32" else None
+    if _extension(spec) != ".tflite":
+        return None
+    from ..tflite.reader import read_bytes
+
+    return read_bytes(spec)[0]

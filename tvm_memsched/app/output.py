@@ -17,7 +17,7 @@ import json
 
 from ..core.errors import InputFileError
 
-__all__ = ["fmt_bytes", "table", "write_json", "write_bytes"]
+__all__ = ["fmt_bytes", "table", "write_json", "write_bytes", "write_results"]
 
 
 def fmt_bytes(n: int) -> str:
@@ -48,3 +48,15 @@ def write_bytes(path: str, data: bytes) -> None:
 def write_json(path: str, obj) -> None:
     """Write ``obj`` as indented JSON (unknown values as strings); a one-line InputFileError if that fails."""
     write_bytes(path, (json.dumps(obj, indent=1, default=str) + "\n").encode())
+
+
+def write_results(out_dir: str, stem: str, data, text: str) -> list[str]:
+    """Write a benchmark's ``data`` as ``<stem>.json`` and its table ``text`` as ``<stem>.md`` into ``out_dir``
+    (created if needed); returns the two paths."""
+    import os
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [os.path.join(out_dir, f"{stem}.json"), os.path.join(out_dir, f"{stem}.md")]
+    write_json(paths[0], data)
+    write_bytes(paths[1], text.encode())
+    return paths

@@ -92,27 +92,53 @@ def _schedule_row(graph, methods, time_limit, repeats, bar) -> dict:
             "profiles": prof}
 
 
+def _model(spec: str, input_shapes):
+    """``(name, graph, relax module or None (zoo: loaded when needed), size class)`` of a zoo name or a model
+    file."""
+    from .. import zoo
+    from .models import is_model_file, load_graph_spec, load_relax_spec
+
+    if not is_model_file(spec):
+        return spec, zoo.graph(spec), None, zoo.info(spec).get("size", "")
+    mod, name = load_relax_spec(spec, input_shapes)
+    if spec.lower().endswith(".tflite"):
+        graph = load_graph_spec(spec)
+    else:
+        from ..relax.graph import function_graph
+
+        graph = function_graph(mod["main"], name)
+    return name, graph, mod, "file"
+
+
 def run_report(models=None, *, quick: bool = False, methods=None, time_limit: float | None = None,
                repeats: int | None = None, tvm: bool = True, tvm_all: bool = False, progress: bool = True,
-               target="llvm") -> dict:
-    """Measure ``models`` (zoo names; ``"default"`` is the zoo's default model)."""
+               target="llvm", input_shapes=None) -> dict:
+    """Measure ``models`` (zoo names, ``"default"`` for the zoo's default model, or model files: ``.tflite``,
+    ``.onnx``, ``.pt2``, with ``input_shapes`` for their symbolic inputs)."""
     from .. import zoo
+    from .models import is_model_file
 
     if models is None:
         models = QUICK_MODELS if quick else FULL_MODELS
     models = [zoo.default_model() if m == "default" else m for m in models]
     for m in models:
-        zoo.get_net(m)  # unknown names fail before any work
+        if is_model_file(m):
+            if not os.path.isfile(m):
+                from ..core.errors import InputFileError
+
+                raise InputFileError(f"cannot read {m}: no such file")
+        else:
+            zoo.get_net(m)  # unknown names fail before any work
     methods = list(methods or REPORT_METHODS)
     time_limit = time_limit if time_limit is not None else (2.0 if quick else 10.0)
     repeats = repeats if repeats is not None else (1 if quick else 3)
     rows = []
     start = time.perf_counter()
     with Progress(len(models), "models", label="bench", enabled=progress) as bar:
-        for name in models:
-            g = zoo.graph(name)
+        for spec in models:
+            name, g, mod, size = _model(spec, input_shapes)
             row = {"model": name, "ops": g.num_ops, "tensors": g.num_tensors,
-                   "activation_bytes": g.total_bytes, "size_class": zoo.info(name).get("size", "")}
+                   "activation_bytes": g.total_bytes, "size_class": size}
             row.update(_schedule_row(g, methods, time_limit, repeats, bar))
             peaks = row["peaks"]
             for base in ("rpo", "program"):
@@ -125,7 +151,8 @@ def run_report(models=None, *, quick: bool = False, methods=None, time_limit: fl
                 bar.log(f"{name}: TVM default vs tvm_memsched build")
                 from ..relax.compare import compare
 
-                c = compare(zoo.load(name), target, method="auto", time_limit=time_limit, name=name)
+                c = compare(mod if mod is not None else zoo.load(name), target, method="auto",
+                            time_limit=time_limit, name=name)
                 row["tvm"] = c.to_dict(details=True)
             rows.append(row)
             bar.advance(note=name)

@@ -28,3 +28,14 @@ class UnsupportedError(MemschedError, ValueError):
 
 class InputFileError(MemschedError, ValueError):
     """A file could not be read or parsed (missing, malformed JSON, corrupt flatbuffer)."""
+
+
+def last_line(exc: BaseException, limit: int = 240) -> str:
+    """The last non-empty line of ``exc``'s message (where TVM, protobuf and friends put the reason), at most
+    ``limit`` characters; the exception's type name if the message is empty.
+
+    >>> last_line(ValueError("Traceback (most recent call last):\\n  ...\\nValueError: bad shape\\n"))
+    'ValueError: bad shape'
+    """
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:limit]

@@ -74,10 +74,12 @@ def _kib(n) -> str:
 class MicroExport:
     """The outcome of :func:`export`; sizes in bytes.
 
-    RAM needed on the board = ``static_ram_bytes`` (the arena plus the runtime's
-    few statics; the arena alone until measured) + ``stack_bytes`` (estimated
-    from GCC's ``-fstack-usage``) + ``io_bytes`` (the caller's input and output
-    buffers).
+    RAM needed on the board = ``static_ram_bytes`` (the arena, the state buffers
+    of a stateful model and the runtime's few statics; the arena and the state
+    buffers until measured) + ``stack_bytes`` (estimated from GCC's
+    ``-fstack-usage``) + ``io_bytes`` (the caller's input and output buffers).
+    ``state_bytes`` is the persistent state of a stateful model (its
+    ``states``), outside the arena.
     """
 
     name: str
@@ -104,6 +106,8 @@ class MicroExport:
     ours: PlanSizes | None = None
     seconds: dict = field(default_factory=dict)
     int8: dict | None = None
+    state_bytes: int = 0
+    states: list = field(default_factory=list, repr=False)
     mod: object = field(default=None, repr=False)
     program: object = field(default=None, repr=False)
 
@@ -114,7 +118,8 @@ class MicroExport:
     @property
     def ram_bytes(self) -> int:
         """RAM the model needs on the board (see the class docstring)."""
-        static = self.static_ram_bytes if self.static_ram_bytes is not None else self.arena_bytes
+        static = self.static_ram_bytes if self.static_ram_bytes is not None else \
+            self.arena_bytes + self.state_bytes
         return static + (self.stack_bytes or 0) + self.io_bytes
 
     def ram_bytes_with_arena(self, arena_bytes: int) -> int:
@@ -150,6 +155,8 @@ class MicroExport:
                  f"  I/O buffers    {_kib(self.io_bytes)}"
                  + (" (inputs and outputs live in the arena)" if self.program is not None
                     and self.program.io_in_arena else ""),
+                 *([f"  state          {_kib(self.state_bytes)}: {len(self.states)} resource variable(s) in static "
+                    f"buffers outside the arena, set by {self.name}_init()"] if self.states else []),
                  f"  stack          {_kib(self.stack_bytes)}" + (" (estimate)" if self.stack_bytes else ""),
                  f"  RAM total      {_kib(self.ram_bytes)} of {_kib(b.sram_bytes)}: "
                  f"{'fits' if self.ram_bytes <= b.sram_bytes else 'does not fit'}",
@@ -175,7 +182,9 @@ class MicroExport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("mod", "program", "board", "default", "ours")}
+        d = {k: v for k, v in self.__dict__.items()
+             if k not in ("mod", "program", "board", "default", "ours", "states")}
+        d["states"] = [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in self.states]
         d["board"] = self.board.to_dict()
         d["ram_bytes"] = self.ram_bytes
         d["fits"] = self.fits
@@ -198,7 +207,8 @@ def fit_report(exp: MicroExport) -> str:
             for r in rows]
     saved = exp.default.arena_bytes - exp.ours.arena_bytes
     text.append(f"  arena saved: {saved:,} B ({exp.default.arena_bytes / max(1, exp.ours.arena_bytes):.2f}x smaller)"
-                "; RAM total = arena + runtime statics + stack estimate + I/O buffers")
+                "; RAM total = arena + runtime statics" + (" and state buffers" if exp.states else "")
+                + " + stack estimate + I/O buffers")
     return "\n".join(text)
 
 
@@ -309,10 +319,13 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from ..relax.arena import plan_module
     from ..relax.shrink_constants import shrink_constants as shrink_constants_
     from ..relax.shrink_workspace import ShrinkWorkspace
+    from ..relax.tflite_state import states as model_states
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
 
     board = get_board(board)
+    states = model_states(mod)
+    io = io_in_arena and not states          # a stateful model's inputs and outputs stay the caller's
     if planner not in ("tvm_memsched", "tvm"):
         raise UnsupportedError(f"unknown planner '{planner}': use 'tvm_memsched' or 'tvm'")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
@@ -363,14 +376,14 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     programs, plans, lower_bound = {}, {}, 0
     if pre_ours is not None:
         planned, reports = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
-                                       time_limit=10.0 if exact_arena else 2.0, io=io_in_arena)
+                                       time_limit=10.0 if exact_arena else 2.0, io=io)
         rep = [r for r in reports if r.function == "main"][0]
         if rep.status not in ("planned", "no allocations"):
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
         ncalls = sum(1 for c in _iter_calls(planned["main"]))
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
         prog = translate(planned["main"], kernels["tvm_memsched"], workspace=workspace, alignment=alignment,
-                         prefix=name, input_offsets=rep.inputs if io_in_arena else None)
+                         prefix=name, states=states, input_offsets=rep.inputs if io else None)
         lower_bound = sum(rep.lower_bound_bytes.values())
         programs["tvm_memsched"] = prog
         plans["tvm_memsched"] = PlanSizes("tvm_memsched", prog.arena_bytes, prog.storage_bytes, prog.max_workspace,
@@ -378,7 +391,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     if pre_tvm is not None:
         with target:
             planned_tvm = _tvm_call(lambda: tvm_planner(pre_tvm), "StaticPlanBlockMemory")
-        prog = translate(planned_tvm["main"], kernels["tvm"], workspace=None, alignment=alignment, prefix=name)
+        prog = translate(planned_tvm["main"], kernels["tvm"], workspace=None, alignment=alignment, prefix=name,
+                         states=states)
         programs["tvm"] = prog
         plans["tvm"] = PlanSizes("tvm default", prog.arena_bytes, prog.storage_bytes, prog.workspace_bytes,
                                  len(prog.calls))
@@ -399,7 +413,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         int8=int8_report.to_dict() if int8_report is not None and int8_report.total else None,
         shrunk_kernels=[r.to_dict() for r in shrink.report if r.steps] if (shrink and ours) else [],
         shrunk_constants=[c.to_dict() for c in constant_sites] if planner == "tvm_memsched" else [],
-        tvm_kernels_workspace_bytes=max(kernels["tvm"].workspace.values(), default=0) if "tvm" in kernels else None)
+        tvm_kernels_workspace_bytes=max(kernels["tvm"].workspace.values(), default=0) if "tvm" in kernels else None,
+        state_bytes=prog.state_bytes, states=list(states))
     if measure:
         from .firmware import measure as _measure
 

@@ -18,7 +18,16 @@ translated as follows:
 * ``R.builtin.alloc_tensor`` (a result of ``main``): the caller's output buffer;
 * relax constants: ``const`` arrays in ``<prefix>_params.c`` (flash), one per
   distinct content (dtype and bytes, by SHA-256, whatever the shape); function
-  parameters: the ``inputs`` array.
+  parameters: the ``inputs`` array, or regions of the arena when the planner
+  placed the inputs and outputs there (``<prefix>_input(i)``, ``<prefix>_invoke()``,
+  ``<prefix>_output(k)``; not for stateful models);
+* the states of a stateful model (:mod:`tvm_memsched.relax.tflite_state`: a
+  parameter and a result of ``main`` per resource variable) are static
+  persistent buffers ``<prefix>_state_<k>`` outside the arena, set to their
+  initial values by ``<prefix>_init()`` (``<prefix>_run`` calls it once by
+  itself). A new state is written straight into its buffer when every kernel
+  reading the old one runs before the kernel writing the new one, else into
+  ``<prefix>_state_next_<k>`` and copied over at the end of the run.
 
 Anything else (control flow, dynamic shapes, packed calls, calls to other Relax
 functions, unsupported dtypes) raises :class:`UnsupportedError`. DLTensors and
@@ -40,7 +49,7 @@ from ..core.errors import UnsupportedError
 from ..relax.ir import shape_values
 from .kernels import SUPPORTED_DTYPES, KernelModule
 
-__all__ = ["Tensor", "KernelCall", "CProgram", "translate", "check_dtype", "check_shape", "tensor_nbytes"]
+__all__ = ["Tensor", "KernelCall", "CState", "CProgram", "translate", "check_dtype", "check_shape", "tensor_nbytes"]
 
 _DL_CODES = {"int": "kDLInt", "uint": "kDLUInt", "float": "kDLFloat", "bool": "kDLBool"}
 _C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
@@ -79,8 +88,9 @@ def tensor_nbytes(shape, dtype: str) -> int:
 class Tensor:
     """A tensor of the C program: ``shape``/``dtype`` over ``base`` + ``offset`` bytes.
 
-    ``base`` is ``("arena", byte offset)``, ``("param", index)``, ``("input", k)``
-    or ``("result", alloc id)`` (an ``R.builtin.alloc_tensor``, later an output).
+    ``base`` is ``("arena", byte offset)``, ``("param", index)``, ``("input", k)``,
+    ``("state", k)`` / ``("state_next", k)`` (state buffers) or ``("result",
+    alloc id)`` (an ``R.builtin.alloc_tensor``, later an output or a state).
     """
 
     base: tuple
@@ -104,6 +114,22 @@ class KernelCall:
 
 
 @dataclass
+class CState:
+    """A state buffer: its name, shape and dtype, the constant holding its initial value and whether the new
+    state is written in place (else via ``<prefix>_state_next_<k>``)."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    init_param: int
+    in_place: bool = True
+
+    @property
+    def nbytes(self) -> int:
+        return tensor_nbytes(self.shape, self.dtype)
+
+
+@dataclass
 class CProgram:
     """The translated program; :meth:`header`, :meth:`source` and :meth:`params_source` write the C."""
 
@@ -115,10 +141,12 @@ class CProgram:
     storage_bytes: int                # tensor part of the arena (all storages)
     workspace_bytes: int              # workspace region after the storages (0: planned inside them)
     arena_bytes: int
-    output_bases: dict = field(default_factory=dict)   # result alloc id -> output index
+    output_bases: dict = field(default_factory=dict)   # result alloc id -> ("output", k) / ("state[_next]", k)
     output_copies: list = field(default_factory=list)  # (output index, source Tensor)
     kernels: KernelModule | None = None
     comment: str = ""
+    states: list = field(default_factory=list)         # [CState]
+    state_copies: list = field(default_factory=list)   # (state index, source Tensor), at the end of a run
     input_places: list = field(default_factory=list)   # io in the arena: Tensor of each input
     output_places: list = field(default_factory=list)  # io in the arena: Tensor of each output
 
@@ -127,6 +155,11 @@ class CProgram:
         """Inputs and outputs live in the arena (``<p>_input(i)``/``<p>_output(i)``), as in TFLite Micro."""
         return bool(self.input_places or self.output_places)
 
+    @property
+    def state_bytes(self) -> int:
+        """Static RAM of the states: their buffers, and the next-state buffers of those not updated in place."""
+        return sum(s.nbytes * (1 if s.in_place else 2) for s in self.states)
+
     # ------------------------------------------------------------------ naming
     @property
     def upper(self) -> str:
@@ -134,13 +167,15 @@ class CProgram:
 
     def _resolve(self, t: Tensor) -> Tensor:
         if t.base[0] == "result":
-            return Tensor(("output", self.output_bases[t.base[1]]), t.offset, t.shape, t.dtype)
+            return Tensor(self.output_bases[t.base[1]], t.offset, t.shape, t.dtype)
         return t
 
     def _data_expr(self, t: Tensor) -> str:
         kind, ref = t.base
         if kind == "arena":
             return f"{self.prefix}_arena + {ref + t.offset}"
+        if kind in ("state", "state_next"):
+            return f"{self.prefix}_{kind}_{ref} + {t.offset}"
         base = {"param": f"{self.prefix}_param_{ref}", "input": f"inputs[{ref}]", "output": f"outputs[{ref}]"}[kind]
         if not t.offset:
             return f"(void*){base}" if kind != "output" else base
@@ -160,10 +195,17 @@ class CProgram:
                  f" *   arena of {P}_ARENA_BYTES bytes; nothing is allocated at run time. Not reentrant."]
         if self.io_in_arena:
             lines += [" *",
-                      f" * The inputs and outputs live in the arena too (as in TFLite Micro): write input i",
+                      " * The inputs and outputs live in the arena too (as in TFLite Micro): write input i",
                       f" * at {p}_input(i), call {p}_invoke(), read output k at {p}_output(k); no other",
                       f" * buffers are needed. {p}_run copies from/to the caller's buffers around {p}_invoke",
                       " * (nothing is copied when a pointer already is the arena's)."]
+        if self.states:
+            lines += [" *",
+                      f" * void {p}_init(void);",
+                      f" *   The model keeps {len(self.states)} state buffer(s) ({P}_STATE_BYTES bytes, static, outside "
+                      "the arena)",
+                      f" *   from one {p}_run to the next; {p}_init() sets them to their initial values. {p}_run calls",
+                      " *   it before its first run; call it again to start a new stream."]
         lines += [" */",
                  f"#ifndef {P}_H_", f"#define {P}_H_", "", "#include <stdint.h>", "",
                  "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
@@ -172,6 +214,9 @@ class CProgram:
                  f"#define {P}_NUM_KERNEL_CALLS {len(self.calls)}",
                  f"#define {P}_NUM_INPUTS {len(self.inputs)}",
                  f"#define {P}_NUM_OUTPUTS {len(self.outputs)}"]
+        if self.states:
+            lines += [f"#define {P}_NUM_STATES {len(self.states)}",
+                      f"#define {P}_STATE_BYTES {self.state_bytes}u /* state buffers (and next-state buffers) */"]
         for i, (name, shape, dtype) in enumerate(self.inputs):
             nbytes = tensor_nbytes(shape, dtype)
             lines.append(f"#define {P}_INPUT_{i}_BYTES {nbytes}u /* '{name}' {dtype}{list(shape)} */")
@@ -191,12 +236,12 @@ class CProgram:
                   f"extern const {p}_tensor_info_t {p}_output_info[{P}_NUM_OUTPUTS];",
                   "",
                   f"int {p}_run(const void* const* inputs, void* const* outputs);",
-                  f"const char* {p}_last_error(void);"]
-        if self.io_in_arena:
-            lines += [f"int {p}_invoke(void);",
-                      f"void* {p}_input(int i);          /* NULL for a bad index */",
-                      f"const void* {p}_output(int k);   /* NULL for a bad index */"]
-        lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H_ */", ""]
+                  f"const char* {p}_last_error(void);"] + ([f"void {p}_init(void);"] if self.states else []) + (
+                  [f"int {p}_invoke(void);",
+                   f"void* {p}_input(int i);          /* NULL for a bad index */",
+                   f"const void* {p}_output(int k);   /* NULL for a bad index */"] if self.io_in_arena else []) + [
+                  "",
+                  "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {P}_H_ */", ""]
         return "\n".join(lines)
 
     @property
@@ -272,6 +317,14 @@ class CProgram:
                     f"#ifndef {P}_ARENA_ATTRIBUTES", f"#define {P}_ARENA_ATTRIBUTES", "#endif",
                     f"static uint8_t {p}_arena[{P}_ARENA_BYTES > 0 ? {P}_ARENA_BYTES : 1] "
                     f"__attribute__((aligned(16))) {P}_ARENA_ATTRIBUTES;"]
+        if self.states:
+            out += ["", f"/* state kept from one {p}_run to the next (persistent, outside the arena) */"]
+            for k, st in enumerate(self.states):
+                kinds = ["state"] + ([] if st.in_place else ["state_next"])
+                for kind in kinds:
+                    out.append(f"static uint8_t {p}_{kind}_{k}[{max(1, st.nbytes)}] __attribute__((aligned(16))); "
+                               f"/* '{st.name}' {st.dtype}{list(st.shape)} */")
+            out.append(f"static int {p}_initialised;")
         out.append("")
         # every shape array is emitted before the DLTensors and tables that point at it
         for t in list(statics) + list(dynamic) + [self._resolve(s) for _, s in self.output_copies]:
@@ -320,11 +373,18 @@ class CProgram:
         out += ["", f"const char* {p}_last_error(void) {{ return tvm_memsched_last_error(); }}", ""]
         if self.calls:
             out += self._call_table()
+        if self.states:
+            out += [f"void {p}_init(void) {{"]
+            out += [f"  memcpy({p}_state_{k}, {p}_param_{st.init_param}, {st.nbytes}u);"
+                    for k, st in enumerate(self.states)]
+            out += [f"  {p}_initialised = 1;", "}", ""]
         if self.io_in_arena:
             out += self._io_functions()
             out += [f"int {p}_invoke(void) {{"]
         else:
             out += [f"int {p}_run(const void* const* inputs, void* const* outputs) {{"]
+        if self.states:
+            out.append(f"  if (!{p}_initialised) {p}_init();")
         if not self.io_in_arena:
             if not any(t.base[0] == "input" for t in dynamic) and not any(
                     s.base[0] == "input" for _, s in self.output_copies):
@@ -342,6 +402,9 @@ class CProgram:
         for k, src in self.output_copies:
             src = self._resolve(src)
             out.append(f"  memcpy(outputs[{k}], {self._data_expr(src)}, {src.nbytes}u); /* output {k} */")
+        for k, src in self.state_copies:
+            src = self._resolve(src)
+            out.append(f"  memcpy({p}_state_{k}, {self._data_expr(src)}, {src.nbytes}u); /* new state {k} */")
         out += ["  return 0;", "}", ""]
         if self.io_in_arena:
             out += [f"int {p}_run(const void* const* inputs, void* const* outputs) {{",
@@ -406,7 +469,7 @@ class CProgram:
         t = self._resolve(a)
         kind, ref = t.base
         where = {"arena": f"arena+{ref + t.offset}", "param": f"param{ref}", "input": f"in{ref}",
-                 "output": f"out{ref}"}[kind]
+                 "output": f"out{ref}", "state": f"state{ref}", "state_next": f"state_next{ref}"}[kind]
         if kind != "arena" and t.offset:
             where += f"+{t.offset}"
         return f"{where}:{t.dtype}{list(t.shape)}"
@@ -458,9 +521,11 @@ def _c_literals(flat: np.ndarray, dtype: str) -> list[str]:
 
 # ============================================================== translation
 class _Translator:
-    def __init__(self, func, kernels: KernelModule, alignment: int, input_offsets=None):
+    def __init__(self, func, kernels: KernelModule, alignment: int, states=(), input_offsets=None):
         self.func = func
         self.input_offsets = input_offsets
+        self.state_of_param = {s.param: k for k, s in enumerate(states)}
+        self.state_of_output = {s.output: k for k, s in enumerate(states)}
         self.kernels = kernels
         self.alignment = alignment
         self.values: dict = {}          # Var -> Tensor | ("tuple", [values]) | ("storage", base) | None
@@ -474,15 +539,10 @@ class _Translator:
 
     # --------------------------------------------------------------- helpers
     def const(self, c) -> Tensor:
-        """The constant ``c`` as a tensor over a ``param`` array; equal arrays (same dtype and bytes,
-        whatever their shapes) share one."""
-        arr = np.ascontiguousarray(c.value.numpy())
-        dtype = check_dtype(c.ty, "a constant")
-        key = (dtype, arr.nbytes, hashlib.sha256(arr.tobytes()).digest())
-        if key not in self.param_index:
-            self.param_index[key] = len(self.params)
-            self.params.append(arr)
-        return Tensor(("param", self.param_index[key]), 0, tuple(arr.shape), dtype)
+        arr = c.value.numpy()
+        ty = c.ty
+        dtype = check_dtype(ty, "a constant")
+        return Tensor(("param", self.add_array(arr)), 0, tuple(arr.shape), dtype)
 
     def value(self, expr, what: str):
         if isinstance(expr, relax.Var):
@@ -504,10 +564,16 @@ class _Translator:
     # ------------------------------------------------------------------- run
     def run(self) -> None:
         f = self.func
+        user = 0
         for i, p in enumerate(f.params):
             if not isinstance(p.ty, relax.TensorType):
                 raise UnsupportedError(f"parameter '{p.name}' is not a tensor ({p.ty}); the C export takes tensors")
-            base = ("input", i) if self.input_offsets is None else ("arena", int(self.input_offsets[i]))
+            if i in self.state_of_param:
+                base = ("state", self.state_of_param[i])
+            elif self.input_offsets is not None:
+                base, user = ("arena", int(self.input_offsets[user])), user + 1
+            else:
+                base, user = ("input", user), user + 1
             self.values[p] = Tensor(base, 0, check_shape(p.ty, f"parameter '{p.name}'"),
                                     check_dtype(p.ty, f"parameter '{p.name}'"))
         body = f.body
@@ -630,13 +696,28 @@ class _Translator:
                 raise UnsupportedError("main returns something that is not a tensor or a tuple of tensors")
 
         flat(self.result)
-        bases, copies = {}, []
-        for k, t in enumerate(leaves):
+        bases, copies, state_copies, in_place = {}, [], [], {}
+        user = [t for o, t in enumerate(leaves) if o not in self.state_of_output]
+        for k, t in enumerate(user):
             if t.base[0] == "result" and t.base[1] not in bases and t.offset == 0:
-                bases[t.base[1]] = k
+                bases[t.base[1]] = ("output", k)
             else:
                 copies.append((k, t))
-        for k, t in copies:
+        for o, k in sorted(self.state_of_output.items(), key=lambda x: x[1]):
+            t = leaves[o]
+            in_place[k] = True
+            if t.base == ("state", k) and t.offset == 0:
+                continue                        # the state does not change
+            if t.base[0] == "state":
+                raise UnsupportedError(f"state {k} becomes the old value of state {t.base[1]}; not supported")
+            if t.base[0] == "result" and t.base[1] not in bases and t.offset == 0:
+                in_place[k] = self._writes_after_reads(t.base[1], k)
+                bases[t.base[1]] = ("state" if in_place[k] else "state_next", k)
+                if not in_place[k]:
+                    state_copies.append((k, Tensor(("state_next", k), 0, t.shape, t.dtype)))
+            else:
+                state_copies.append((k, t))
+        for k, t in copies + state_copies:
             if t.base[0] == "result" and t.base[1] not in bases:
                 raise UnsupportedError(f"output {k} is a partial view of a result buffer; not supported")
         for c in self.calls:
@@ -644,26 +725,51 @@ class _Translator:
                 if isinstance(a, Tensor) and a.base[0] == "result" and a.base[1] not in bases:
                     raise UnsupportedError("an unplanned tensor that is not a result of main; "
                                            "memory planning must place every intermediate tensor")
-        return leaves, bases, copies
+        return user, bases, copies, state_copies, in_place
+
+    def _writes_after_reads(self, result: int, state: int) -> bool:
+        """True if every kernel call reading state ``state`` comes before the first call writing ``result``."""
+        def uses(c, base):
+            return any(isinstance(a, Tensor) and a.base == base for a in c.args)
+
+        writes = [i for i, c in enumerate(self.calls) if uses(c, ("result", result))]
+        reads = [i for i, c in enumerate(self.calls) if uses(c, ("state", state))]
+        return not writes or not reads or max(reads) < min(writes)
+
+    def add_array(self, arr: np.ndarray) -> int:
+        """Index of a constant array in the params: one per distinct content (same dtype and bytes, by
+        SHA-256, whatever the shape)."""
+        arr = np.ascontiguousarray(arr)
+        key = (str(arr.dtype), arr.nbytes, hashlib.sha256(arr.tobytes()).digest())
+        if key not in self.param_index:
+            self.param_index[key] = len(self.params)
+            self.params.append(arr)
+        return self.param_index[key]
 
 
 def translate(func, kernels: KernelModule, *, workspace=None, alignment: int = 16, prefix: str = "model",
-              input_names=None, comment: str = "", input_offsets=None) -> CProgram:
+              input_names=None, comment: str = "", states=(), input_offsets=None) -> CProgram:
     """Translate a planned Relax ``main`` into a :class:`CProgram`.
 
     ``workspace``: ``[(offset, bytes)]`` per kernel call in program order when the
     planner placed each call's workspace in the arena (ArenaPlanMemory); None
     appends one shared workspace region, as large as the largest need, after the
-    storages (TVM's StaticPlanBlockMemory plans no workspace).
+    storages (TVM's StaticPlanBlockMemory plans no workspace). ``states``: the
+    :class:`~tvm_memsched.relax.tflite_state.StateVar`\\ s of a stateful
+    ``main`` (their parameters and results become state buffers).
     ``input_offsets``: the arena offset of each input when the planner placed the
-    inputs and outputs in the arena (``plan_function(io=True)``); the program then
-    reads its inputs from and leaves its outputs in the arena.
+    inputs and outputs in the arena (``plan_function(io=True)``; not with states);
+    the program then reads its inputs from and leaves its outputs in the arena.
     """
-    tr = _Translator(func, kernels, alignment, input_offsets)
+    if input_offsets is not None and states:
+        raise UnsupportedError("a stateful model keeps its inputs and outputs outside the arena")
+    tr = _Translator(func, kernels, alignment, states, input_offsets)
     tr.run()
-    leaves, bases, copies = tr.outputs()
+    leaves, bases, copies, state_copies, in_place = tr.outputs()
     if input_offsets is not None:
         bases, copies = {}, []
+    cstates = [CState(s.name, tuple(s.shape), s.dtype, tr.add_array(s.init), in_place[k])
+               for k, s in enumerate(states)]
     storage_bytes = tr.storage_top
     if workspace is None:
         ws_base = _align(storage_bytes, alignment)
@@ -681,12 +787,13 @@ def translate(func, kernels: KernelModule, *, workspace=None, alignment: int = 1
             c.workspace_offset, c.workspace_bytes = off, size
         ws_bytes = 0
         arena = storage_bytes
-    names = list(input_names) if input_names is not None else [p.name for p in func.params]
-    inputs = [(names[i], tr.values[p].shape, tr.values[p].dtype) for i, p in enumerate(func.params)]
+    user = [p for i, p in enumerate(func.params) if i not in tr.state_of_param]
+    names = list(input_names) if input_names is not None else [p.name for p in user]
+    inputs = [(names[i], tr.values[p].shape, tr.values[p].dtype) for i, p in enumerate(user)]
     outputs = [(t.shape, t.dtype) for t in leaves]
     prog = CProgram(prefix, inputs, outputs, tr.calls, tr.params, storage_bytes, ws_bytes, arena, bases, copies,
-                    kernels, comment)
+                    kernels, comment, cstates, state_copies)
     if input_offsets is not None:
-        prog.input_places = [tr.values[p] for p in func.params]
+        prog.input_places = [tr.values[p] for p in user]
         prog.output_places = leaves
     return prog

@@ -4,7 +4,11 @@ Both modes build the same C files with a small test program
 (``runtime/harness.c``) that copies a fixed input into RAM, calls
 ``<name>_run`` once and prints every output as hex bytes; the outputs are
 compared with the TVM Relax VM's (``llvm``, TVM's default pipeline) within a
-float tolerance.
+float tolerance. Given a ``sequence`` of inputs, the program invokes the model
+on each in turn: a stateful model (:mod:`tvm_memsched.relax.tflite_state`) is
+initialised once with ``<name>_init()`` and carries its state from one
+invocation to the next, and every invocation is checked (against the VM with
+the state threaded through, or against a given reference such as LiteRT's).
 
 * :func:`run_host` compiles with the host C compiler and runs the program:
   fast, for tests of the generated C.
@@ -32,7 +36,9 @@ from .firmware import arm_link_flags, compile_model, linker_script, runtime_file
 from .toolchain import CompileError, find_tool, host_cc, link
 from .toolchain import run as run_command
 
-__all__ = ["RunResult", "run_host", "run_qemu", "reference_outputs", "default_inputs", "HARNESS_STACK_BYTES"]
+__all__ = ["RunResult", "run_host", "run_qemu", "reference_outputs", "reference_sequence", "litert_reference",
+           "default_inputs",
+           "default_sequence", "HARNESS_STACK_BYTES"]
 
 #: stack reserved on top of the model's estimate for the test program (main, output printing, semihosting)
 HARNESS_STACK_BYTES = 1024
@@ -40,7 +46,12 @@ HARNESS_STACK_BYTES = 1024
 
 @dataclass
 class RunResult:
-    """Outputs of one run of the exported model and how they compare with TVM's."""
+    """Outputs of a run of the exported model and how they compare with the reference (TVM's unless given).
+
+    ``outputs``/``reference`` are those of the first invocation; ``sequence``
+    and ``reference_sequence`` hold every invocation's (one list of arrays
+    each); instructions and stack use are measured on the first.
+    """
 
     mode: str
     outputs: list
@@ -55,11 +66,20 @@ class RunResult:
     warnings: str = ""
     stdout: str = field(default="", repr=False)
     program: str = ""
+    sequence: list = field(default_factory=list, repr=False)
+    reference_sequence: list | None = field(default=None, repr=False)
+    reference_name: str = "TVM"
+
+    @property
+    def invocations(self) -> int:
+        return max(1, len(self.sequence))
 
     def summary(self) -> str:
-        parts = [f"{self.mode}: {len(self.outputs)} output(s), "
+        calls = f" x {self.invocations} invocations" if self.invocations > 1 else ""
+        parts = [f"{self.mode}: {len(self.outputs)} output(s){calls}, "
                  + ("no reference" if self.reference is None else
-                    f"max abs error vs TVM {self.max_abs_err:.3g} ({'ok' if self.ok else 'MISMATCH'})"),
+                    f"max abs error vs {self.reference_name} {self.max_abs_err:.3g} "
+                    f"({'ok' if self.ok else 'MISMATCH'})"),
                  f"run {self.seconds:.2f} s"]
         if self.instructions is not None:
             parts.append(f"{self.instructions:,} instructions")
@@ -70,21 +90,48 @@ class RunResult:
 
 
 def default_inputs(exp: MicroExport, seed: int = 0) -> list[np.ndarray]:
-    """The fixed test input: seeded random arrays matching ``main``'s parameters."""
+    """The fixed test input: seeded random arrays matching ``main``'s parameters (not its states)."""
     from ..relax.compare import random_inputs
 
-    return random_inputs(exp.mod["main"], seed)
+    state_params = {s.param for s in exp.states}
+    return [a for i, a in enumerate(random_inputs(exp.mod["main"], seed)) if i not in state_params]
+
+
+def default_sequence(exp: MicroExport, count: int, seed: int = 0) -> list[list[np.ndarray]]:
+    """``count`` invocations' :func:`default_inputs` (seeds ``seed``, ``seed + 1``, ...)."""
+    return [default_inputs(exp, seed + k) for k in range(count)]
+
+
+def litert_reference(buf: bytes, sequence) -> list[list[np.ndarray]]:
+    """The outputs of every invocation of ``sequence`` (input lists in the model's input order) in LiteRT with
+    TFLite's reference kernels, which the int8 lowering reproduces bit for bit; state carried."""
+    from ..tflite.verify import litert_run_sequence
+
+    return [list(o.values()) for o in litert_run_sequence(buf, sequence, reference_kernels=True)]
+
+
+def _build_reference(mod):
+    import tvm
+    from tvm import relax
+
+    target = tvm.target.Target({"kind": "llvm"})
+    return tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
 
 
 def reference_outputs(mod, inputs) -> list[np.ndarray]:
     """``main``'s outputs on the TVM Relax VM (llvm, TVM's default pipeline), flattened."""
-    import tvm
-    from tvm import relax
-
     from ..relax.compare import run_vm
 
-    target = tvm.target.Target({"kind": "llvm"})
-    return run_vm(tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target)), inputs)
+    return run_vm(_build_reference(mod), inputs)
+
+
+def reference_sequence(mod, sequence, states=None) -> list[list[np.ndarray]]:
+    """The outputs of every invocation of ``sequence`` on the TVM VM, the state (``states``: the
+    :class:`~tvm_memsched.relax.tflite_state.StateVar`\\ s, default those of ``mod``) threaded through from its
+    initial value."""
+    from ..relax.tflite_state import run_sequence
+
+    return run_sequence(_build_reference(mod), mod, sequence, states)
 
 
 def _check_inputs(exp: MicroExport, inputs) -> list[np.ndarray]:
@@ -107,8 +154,8 @@ def _hex_rows(data: bytes, indent: str = "    ") -> str:
     return "\n".join(rows) or indent + "0x00,"
 
 
-def _write_harness(exp: MicroExport, inputs, build_dir: str, api: str = "auto") -> str:
-    """Write harness_data.h/.c for ``inputs`` into ``build_dir``; returns the .c path.
+def _write_harness(exp: MicroExport, sequence, build_dir: str, api: str = "auto") -> str:
+    """Write harness_data.h/.c for the invocations' inputs ``sequence`` into ``build_dir``; returns the .c path.
 
     ``api``: ``"zero-copy"`` writes the inputs into the arena and calls ``<p>_invoke``
     (models whose inputs and outputs live in the arena), ``"run"`` calls ``<p>_run``
@@ -118,40 +165,42 @@ def _write_harness(exp: MicroExport, inputs, build_dir: str, api: str = "auto") 
     os.makedirs(build_dir, exist_ok=True)
     if api not in ("auto", "zero-copy", "run"):
         raise MemschedError(f"unknown harness api '{api}': use auto, zero-copy or run")
-    io = exp.program.io_in_arena and api != "run"
     if api == "zero-copy" and not exp.program.io_in_arena:
         raise MemschedError(f"model '{p}' keeps its inputs and outputs outside the arena: no zero-copy API")
+    io = exp.program.io_in_arena and api != "run"
     h = [f"/* harness_data.h: test data for model '{p}', generated by tvm_memsched.micro */",
          "#ifndef HARNESS_DATA_H_", "#define HARNESS_DATA_H_", "#include <stdint.h>", f'#include "{p}.h"',
          '#include "tvm_memsched_rt.h"', f"#define HARNESS_RUN {p}_run",
-         f"#define HARNESS_NUM_INPUTS {P}_NUM_INPUTS", f"#define HARNESS_NUM_OUTPUTS {P}_NUM_OUTPUTS"]
-    if io:   # inputs and outputs in the arena: the zero-copy API, as an application would use it
-        h += ["#define HARNESS_IO_IN_ARENA 1", f"#define HARNESS_INVOKE {p}_invoke",
-              f"#define HARNESS_INPUT(i) {p}_input(i)", f"#define HARNESS_OUTPUT(k) {p}_output(k)"]
-    h += ["extern const uint8_t* const harness_input_data[];", "extern void* const harness_input_buffers[];",
-          "extern const void* const harness_inputs[];", "extern void* const harness_outputs[];",
-          "extern const uint32_t harness_input_bytes[];", "extern const uint32_t harness_output_bytes[];",
-          "#endif", ""]
+         f"#define HARNESS_INVOCATIONS {len(sequence)}"] + ([f"#define HARNESS_INIT {p}_init"] if exp.states else []) + [
+         f"#define HARNESS_NUM_INPUTS {P}_NUM_INPUTS", f"#define HARNESS_NUM_OUTPUTS {P}_NUM_OUTPUTS"] + (
+        ["#define HARNESS_IO_IN_ARENA 1", f"#define HARNESS_INVOKE {p}_invoke",
+         f"#define HARNESS_INPUT(i) {p}_input(i)", f"#define HARNESS_OUTPUT(k) {p}_output(k)"] if io else []) + [
+         "extern const uint8_t* const harness_input_data[];", "extern void* const harness_input_buffers[];",
+         "extern const void* const harness_inputs[];", "extern void* const harness_outputs[];",
+         "extern const uint32_t harness_input_bytes[];", "extern const uint32_t harness_output_bytes[];",
+         "#endif", ""]
     c = [f"/* harness_data.c: fixed input and I/O buffers for model '{p}', generated by tvm_memsched.micro */",
          '#include "harness_data.h"', ""]
-    for i, a in enumerate(inputs):
-        c.append(f"static const uint8_t input_{i}[{max(1, a.nbytes)}] = {{")
-        c.append(_hex_rows(a.tobytes()))
-        c.append("};")
-        if not io:
-            c.append(f"static uint8_t input_buffer_{i}[{max(1, a.nbytes)}] __attribute__((aligned(16)));")
-    if not io:
-        for i, (shape, dtype) in enumerate(exp.program.outputs):
-            c.append(f"static uint8_t output_buffer_{i}[{P}_OUTPUT_{i}_BYTES > 0 ? {P}_OUTPUT_{i}_BYTES : 1] "
-                     "__attribute__((aligned(16)));")
+    inputs = sequence[0]
+    for j, invocation in enumerate(sequence):
+        for i, a in enumerate(invocation):
+            c.append(f"static const uint8_t input_{j}_{i}[{max(1, a.nbytes)}] = {{")
+            c.append(_hex_rows(a.tobytes()))
+            c.append("};")
     n_in, n_out = len(inputs), len(exp.program.outputs)
+    buffers_in = [] if io else [f"input_buffer_{i}" for i in range(n_in)]      # none: the arena holds them
+    buffers_out = [] if io else [f"output_buffer_{i}" for i in range(n_out)]
+    for i, a in enumerate(inputs if not io else []):
+        c.append(f"static uint8_t input_buffer_{i}[{max(1, a.nbytes)}] __attribute__((aligned(16)));")
+    for i in range(len(buffers_out)):
+        c.append(f"static uint8_t output_buffer_{i}[{P}_OUTPUT_{i}_BYTES > 0 ? {P}_OUTPUT_{i}_BYTES : 1] "
+                 "__attribute__((aligned(16)));")
 
     def table(decl, items, empty):
         return f"{decl}[{max(1, len(items))}] = {{{', '.join(items) if items else empty}}};"
 
-    buffers_in = [] if io else [f"input_buffer_{i}" for i in range(n_in)]
-    buffers_out = [] if io else [f"output_buffer_{i}" for i in range(n_out)]
-    c += [table("const uint8_t* const harness_input_data", [f"input_{i}" for i in range(n_in)], "NULL"),
+    c += [table("const uint8_t* const harness_input_data",
+                [f"input_{j}_{i}" for j in range(len(sequence)) for i in range(n_in)], "NULL"),
           table("void* const harness_input_buffers", buffers_in, "NULL"),
           table("const void* const harness_inputs", buffers_in, "NULL"),
           table("void* const harness_outputs", buffers_out, "NULL"),
@@ -166,34 +215,33 @@ def _write_harness(exp: MicroExport, inputs, build_dir: str, api: str = "auto") 
 
 
 def _parse(exp: MicroExport, stdout: str):
-    """(outputs, stats, error) from the test program's output."""
-    outputs: dict = {}
+    """(outputs of each invocation, stats, error) from the test program's output."""
+    runs: list = []
     stats: dict = {}
     current = None
     error = None
     for line in stdout.splitlines():
         line = line.strip()
-        m = re.match(r"^(output|instructions|stack_used|workspace_high_water|error_call) (\d+)$", line)
+        m = re.match(r"^(invocation|output|instructions|stack_used|workspace_high_water|error_call) (\d+)$", line)
         if m:
-            if m.group(1) == "output":
-                current = int(m.group(2))
-                outputs[current] = []
-            else:
+            current = None
+            if m.group(1) == "invocation":
+                runs.append({})
+            elif m.group(1) == "output" and runs:
+                current = runs[-1].setdefault(int(m.group(2)), [])
+            elif m.group(1) != "output":
                 stats[m.group(1)] = int(m.group(2))
-                current = None
         elif line.startswith("error "):
             error = line[6:]
         elif line == "done" or line.startswith("tvm_memsched"):
             current = None
         elif current is not None and re.fullmatch(r"[0-9a-f]+", line):
-            outputs[current].append(line)
+            current.append(line)
     arrays = []
-    for k, (shape, dtype) in enumerate(exp.program.outputs):
-        if k not in outputs:
-            arrays.append(None)
-            continue
-        data = bytes.fromhex("".join(outputs[k]))
-        arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape).copy())
+    for hexes in runs:
+        arrays.append([None if k not in hexes else
+                       np.frombuffer(bytes.fromhex("".join(hexes[k])), dtype=dtype).reshape(shape).copy()
+                       for k, (shape, dtype) in enumerate(exp.program.outputs)])
     return arrays, stats, error
 
 
@@ -212,45 +260,72 @@ def _compare(outputs, reference, rtol, atol):
     return err, ok
 
 
-def _finish(exp, mode, out, inputs, reference, check, rtol, atol, warnings, program, stack_reserved=None):
-    outputs, stats, error = _parse(exp, out.stdout)
+def _finish(exp, mode, out, sequence, reference, check, rtol, atol, warnings, program, stack_reserved=None,
+            reference_name="TVM"):
+    runs, stats, error = _parse(exp, out.stdout)
     if out.returncode != 0 or error is not None:
         if error is not None:
             raise MemschedError(f"{exp.name}_run failed in kernel call {stats.get('error_call', '?')}: {error}")
         tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
         raise MemschedError(f"the test program exited with status {out.returncode} ({mode}):\n{tail}")
-    if any(a is None for a in outputs):
+    if len(runs) != len(sequence) or any(a is None for r in runs for a in r):
         raise MemschedError(f"the test program printed no complete output ({mode})")
     if check and reference is None:
-        reference = reference_outputs(exp.mod, inputs)
-    err, ok = _compare(outputs, reference, rtol, atol) if reference is not None else (0.0, True)
-    return RunResult(mode, outputs, reference, err, ok, out.seconds, stats.get("workspace_high_water", 0),
-                     stats.get("instructions"), stats.get("stack_used"), stack_reserved, warnings, out.stdout,
-                     program)
+        reference = reference_sequence(exp.mod, sequence, exp.states) if exp.states or len(sequence) > 1 \
+            else [reference_outputs(exp.mod, sequence[0])]
+    err, ok = 0.0, True
+    if reference is not None:
+        if len(reference) != len(runs):
+            raise MemschedError(f"{len(reference)} reference invocation(s) for {len(runs)} run(s)")
+        for got, want in zip(runs, reference):
+            e, o = _compare(got, want, rtol, atol)
+            err, ok = max(err, e), ok and o
+    return RunResult(mode, runs[0], None if reference is None else reference[0], err, ok, out.seconds,
+                     stats.get("workspace_high_water", 0), stats.get("instructions"), stats.get("stack_used"),
+                     stack_reserved, warnings, out.stdout, program, runs, reference, reference_name)
 
 
-def run_host(exp: MicroExport, inputs=None, *, seed: int = 0, reference=None, check: bool = True,
-             rtol: float = 1e-4, atol: float = 1e-4, timeout: float = 120, api: str = "auto") -> RunResult:
+def _sequence(exp, inputs, sequence, seed, reference):
+    """The invocations' checked inputs and the reference per invocation (``reference`` as given: the outputs of
+    one run when ``inputs`` is given, of every invocation when ``sequence`` is)."""
+    if inputs is not None and sequence is not None:
+        raise MemschedError("give inputs or sequence, not both")
+    if sequence is None:
+        sequence = [default_inputs(exp, seed) if inputs is None else inputs]
+        reference = None if reference is None else [reference]
+    if not sequence:
+        raise MemschedError("the input sequence is empty")
+    return [_check_inputs(exp, x) for x in sequence], reference
+
+
+def run_host(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, reference=None, check: bool = True,
+             rtol: float = 1e-4, atol: float = 1e-4, timeout: float = 120, reference_name: str = "TVM",
+             api: str = "auto") -> RunResult:
     """Build the exported C with the host compiler, run it on ``inputs`` and compare with TVM.
 
     ``inputs`` default to :func:`default_inputs` (``seed``); ``reference`` (TVM's
-    outputs) is computed when ``check`` and not given. ``api``: which entry point
-    the test program uses (see :func:`_write_harness`).
+    outputs) is computed when ``check`` and not given. ``sequence`` (a list of
+    input lists, instead of ``inputs``) invokes the model on each in turn;
+    ``reference`` then holds the outputs of every invocation. ``api``: which entry
+    point the test program uses (``_write_harness``).
     """
-    inputs = _check_inputs(exp, default_inputs(exp, seed) if inputs is None else inputs)
+    sequence, reference = _sequence(exp, inputs, sequence, seed, reference)
     build_dir = os.path.join(exp.out_dir, "run", "host")
-    data = _write_harness(exp, inputs, build_dir, api)
+    data = _write_harness(exp, sequence, build_dir, api)
     objs = compile_model(exp, build_dir, None, extra_sources=[runtime_file("harness.c"), data],
                          extra_flags=["-I", build_dir])
     exe = os.path.join(build_dir, f"{exp.name}_test")
     link(host_cc(), objs.objects, exe, ["-lm"])
     out = run_command([exe], timeout=timeout)
-    return _finish(exp, "host", out, inputs, reference, check, rtol, atol, objs.warnings, exe)
+    return _finish(exp, "host", out, sequence, reference, check, rtol, atol, objs.warnings, exe,
+                   reference_name=reference_name)
 
 
-def run_qemu(exp: MicroExport, inputs=None, *, seed: int = 0, reference=None, check: bool = True,
-             rtol: float = 1e-4, atol: float = 1e-4, timeout: float = 600, board=None) -> RunResult:
-    """Cross-compile the exported C for its board, run it on QEMU and compare with TVM.
+def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, reference=None, check: bool = True,
+             rtol: float = 1e-4, atol: float = 1e-4, timeout: float = 600, board=None,
+             reference_name: str = "TVM") -> RunResult:
+    """Cross-compile the exported C for its board, run it on QEMU and compare with TVM (``inputs``,
+    ``sequence`` and ``reference`` as for :func:`run_host`).
 
     ``board`` overrides the export's board (same core family expected). Raises
     :class:`DoesNotFitError` when the firmware does not link within the board's
@@ -263,9 +338,9 @@ def run_qemu(exp: MicroExport, inputs=None, *, seed: int = 0, reference=None, ch
         raise UnsupportedError(f"board {board.name} ({board.core}) has no QEMU machine; run it with run_host, "
                                f"or export for one of: {', '.join(runnable)}")
     qemu = find_tool("qemu-system-arm")
-    inputs = _check_inputs(exp, default_inputs(exp, seed) if inputs is None else inputs)
+    sequence, reference = _sequence(exp, inputs, sequence, seed, reference)
     build_dir = os.path.join(exp.out_dir, "run", board.name)
-    data = _write_harness(exp, inputs, build_dir)
+    data = _write_harness(exp, sequence, build_dir)
     objs = compile_model(exp, build_dir, board, extra_sources=[runtime_file("harness.c"), runtime_file("startup.c"),
                                                                data], extra_flags=["-I", build_dir])
     stack = -(-(stack_estimate(exp, objs.usage) + HARNESS_STACK_BYTES) // 8) * 8
@@ -294,4 +369,4 @@ def run_qemu(exp: MicroExport, inputs=None, *, seed: int = 0, reference=None, ch
            "-kernel", elf]
     out = run_command(cmd, timeout=timeout)
     return _finish(exp, f"qemu {machine}" + (f" as {board.name}" if board.qemu_machine is None else ""), out,
-                   inputs, reference, check, rtol, atol, objs.warnings, elf, stack)
+                   sequence, reference, check, rtol, atol, objs.warnings, elf, stack, reference_name)

@@ -1,26 +1,75 @@
 """The one place that turns a model file into a Relax IRModule.
 
-``.tflite`` files are imported with ``tvm.relax.frontend.tflite`` (which needs the
-``tflite`` schema package), with one-line errors for unreadable or corrupt
-files. Command-line model specs (``zoo:NAME``, paths) are resolved in the
-application layer, which calls this module for files.
+:func:`from_file` dispatches on the file's extension (:data:`MODEL_EXTENSIONS`):
+
+* ``.tflite``: ``tvm.relax.frontend.tflite`` (needs the ``tflite`` schema
+  package) with :mod:`.tflite_converter`'s operator converter; stateful
+  streaming models (resource variables) are imported by :mod:`.tflite_state`
+  with their state as extra parameters and results; constants stored after the
+  flatbuffer (``Buffer.offset``) are read from the file;
+* ``.onnx``: :mod:`.onnx_frontend` (``tvm.relax.frontend.onnx``);
+* ``.pt2`` (``torch.export.save``): :mod:`.torch_frontend`
+  (``tvm.relax.frontend.torch``).
+
+``input_shapes`` (input name -> shape) sets the inputs' symbolic dimensions
+(ONNX, ``.pt2``; a ``.tflite`` has static shapes). Errors are one line:
+:class:`InputFileError` for unreadable, corrupt or truncated files,
+:class:`UnsupportedError` for unknown extensions, unsupported operators (named)
+and shapes that stay symbolic. Command-line model specs (``zoo:NAME``, paths)
+are resolved in the application layer, which calls this module for files.
+
+Example
+-------
+>>> from_file("model.h5")
+Traceback (most recent call last):
+...
+tvm_memsched.core.errors.UnsupportedError: unsupported model file 'model.h5': expected .tflite, .onnx or .pt2
 """
 
 from __future__ import annotations
 
-from ..core.errors import InputFileError, UnsupportedError
+import os
 
-__all__ = ["from_tflite_file", "from_tflite_bytes"]
+from ..core.errors import InputFileError, UnsupportedError, last_line
+
+__all__ = ["from_file", "from_tflite_file", "from_tflite_bytes", "MODEL_EXTENSIONS"]
+
+#: model file extensions :func:`from_file` imports
+MODEL_EXTENSIONS = (".tflite", ".onnx", ".pt2")
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InputFileError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def from_file(path: str, input_shapes: dict | None = None):
+    """Import the model file ``path`` (``.tflite``, ``.onnx`` or ``.pt2``) into Relax (see the module docstring)."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in MODEL_EXTENSIONS:
+        raise UnsupportedError(f"unsupported model file '{path}': expected {', '.join(MODEL_EXTENSIONS[:-1])} "
+                               f"or {MODEL_EXTENSIONS[-1]}")
+    if ext == ".tflite":
+        if input_shapes:
+            raise UnsupportedError(f"{path}: a .tflite has static input shapes; --input-shape is for .onnx and "
+                                   ".pt2 files")
+        return from_tflite_file(path)
+    buf = _read(path)
+    if ext == ".onnx":
+        from .onnx_frontend import from_onnx_bytes
+
+        return from_onnx_bytes(buf, input_shapes, path)
+    from .torch_frontend import from_pt2_bytes
+
+    return from_pt2_bytes(buf, input_shapes, path)
 
 
 def from_tflite_file(path: str):
     """Import the ``.tflite`` file ``path`` into Relax (see :func:`from_tflite_bytes`)."""
-    try:
-        with open(path, "rb") as f:
-            buf = f.read()
-    except OSError as e:
-        raise InputFileError(f"cannot read {path}: {e.strerror or e}") from None
-    return from_tflite_bytes(buf, path)
+    return from_tflite_bytes(_read(path), path)
 
 
 def from_tflite_bytes(buf: bytes, what: str = "model"):
@@ -34,19 +83,30 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
                                "(pip install 'tvm_memsched[tvm]')") from None
     from tvm.relax.frontend.tflite import from_tflite
 
+    from .native_log import quiet_import
     from .tflite_converter import OperatorConverter
+    from .tflite_state import import_stateful, is_stateful_tflite
 
-    try:
-        buf = _per_tensor_dimension_zero(buf, tflite)
-        model = tflite.Model.GetRootAsModel(buf, 0)
+    def run():
+        model = tflite.Model.GetRootAsModel(_per_tensor_dimension_zero(buf, tflite), 0)
         if model.SubgraphsLength() < 1:
             raise InputFileError(f"{what} has no subgraph")
+        _check_offset_buffers(model, len(buf), what)
+        if is_stateful_tflite(model, OperatorConverter(model, model.Subgraphs(0), None, None)):
+            return import_stateful(model, OperatorConverter)
         return from_tflite(model, op_converter=OperatorConverter)
-    except InputFileError:
-        raise
-    except Exception as e:  # the flatbuffer reader and the frontend raise assorted errors on bad input
-        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise InputFileError(f"{what} could not be imported: {msg}") from None
+
+    # the flatbuffer reader and the frontend raise assorted errors on bad input
+    return quiet_import(run, lambda e: InputFileError(f"{what} could not be imported: {last_line(e, 400)}"))
+
+
+def _check_offset_buffers(model, n: int, what: str) -> None:
+    """InputFileError if a buffer stored after the flatbuffer (``offset > 1``) reaches past the file's end."""
+    for i in range(model.BuffersLength()):
+        b = model.Buffers(i)
+        if b.DataLength() == 0 and b.Offset() > 1 and b.Offset() + b.Size() > n:
+            raise InputFileError(f"{what}: buffer {i} lies at bytes {b.Offset()}..{b.Offset() + b.Size()} but the "
+                                 f"file has {n} bytes (truncated?)")
 
 
 def _per_tensor_dimension_zero(buf: bytes, tflite) -> bytes:

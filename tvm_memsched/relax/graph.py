@@ -45,7 +45,7 @@ from ..core.errors import UnsupportedError
 from ..core.graph import Graph, Op
 from .ir import VIEW_OPS, call_tir_op, field_types, op_name, tensor_bytes
 
-__all__ = ["BlockGraph", "block_to_graph", "reorder_block", "used_after_blocks"]
+__all__ = ["BlockGraph", "block_to_graph", "function_graph", "reorder_block", "used_after_blocks"]
 
 
 @dataclass
@@ -217,6 +217,17 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
     graph_inputs = [t for names in inputs.values() for t in names]
     graph = Graph(tensors, ops, graph_inputs, outputs, name=name)
     return BlockGraph(graph, block, binding_of_op)
+
+
+def function_graph(func, name: str = "main") -> Graph:
+    """The graph of ``func``'s dataflow block (an imported model's ``main`` has one), named ``name``.
+
+    Raises :class:`UnsupportedError` unless ``func`` has exactly one dataflow block.
+    """
+    blocks = [k for k, b in enumerate(func.body.blocks) if isinstance(b, relax.DataflowBlock)]
+    if len(blocks) != 1:
+        raise UnsupportedError(f"'{name}' has {len(blocks)} dataflow blocks; its graph needs exactly one")
+    return block_to_graph(func, blocks[0], name=name).graph
 
 
 def reorder_block(block, bindings) -> "relax.DataflowBlock":

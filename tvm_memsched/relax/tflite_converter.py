@@ -15,7 +15,18 @@
   integer lowering recognises;
 * **fused activations of quantized outputs** clamped exactly as TFLite's
   ``CalculateActivationRangeQuantized`` computes the bounds (float division,
-  rounding half away from zero; TVM uses Python's round-half-to-even).
+  rounding half away from zero; TVM uses Python's round-half-to-even);
+* **resource variables in subgraph 0** (streaming models): TVM imports only
+  their ``CALL_ONCE`` initialisation; here the first ``READ_VARIABLE`` of a
+  variable in an invocation becomes a new Relax variable (the state *before*
+  the invocation, a parameter of ``main`` added by
+  :mod:`.tflite_state`), ``ASSIGN_VARIABLE`` makes its value the variable's
+  current value (which later reads return), and :meth:`OperatorConverter.state_updates`
+  lists each variable's state before and after the invocation with its
+  initial value. int8 resource values pass as int8, like the other
+  data-movement operators;
+* **constant buffers stored after the flatbuffer** (``Buffer.offset`` /
+  ``Buffer.size``, written by recent converters): read from the file bytes.
 
 Example
 -------
@@ -26,12 +37,13 @@ True
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter as _TVMConverter
 
 from .int8.params import act_range
 
-__all__ = ["OperatorConverter", "MOVE_OPS"]
+__all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS"]
 
 #: operators that only move int8 values: TFLite requires equal quantization on their inputs and outputs
 MOVE_OPS = frozenset({"PAD", "PADV2", "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS",
@@ -39,13 +51,17 @@ MOVE_OPS = frozenset({"PAD", "PADV2", "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_
                       "RESIZE_NEAREST_NEIGHBOR", "TILE", "BROADCAST_TO", "BATCH_TO_SPACE_ND",
                       "SPACE_TO_BATCH_ND"})
 
+#: resource-variable operators: int8 values pass through them unchanged
+RESOURCE_OPS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "VAR_HANDLE", "CALL_ONCE"})
+
 _ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
 
 
 class OperatorConverter(_TVMConverter):
     """TVM's TFLite converter with int8 data movement, compact PRELU and exact activation ranges."""
 
-    _SUPPORTED_QUANTIZED_OPS = frozenset(_TVMConverter._SUPPORTED_QUANTIZED_OPS | MOVE_OPS | {"PRELU"})
+    _SUPPORTED_QUANTIZED_OPS = frozenset(_TVMConverter._SUPPORTED_QUANTIZED_OPS | MOVE_OPS | RESOURCE_OPS
+                                         | {"PRELU"})
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -53,6 +69,77 @@ class OperatorConverter(_TVMConverter):
             if name in self.convert_map:
                 self.convert_map[name] = self._same_quantization(name, self.convert_map[name])
         self.convert_map["PRELU"] = self.convert_prelu
+        self.convert_map["READ_VARIABLE"] = self.convert_read_state
+        self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
+        self.conversion_state.setdefault("tvm_memsched_states", {})
+
+    def get_tensors(self, tensors_idx_list):
+        """TVM's tensor wrappers, with buffers stored after the flatbuffer read from the file bytes."""
+        out = super().get_tensors(tensors_idx_list)
+        for tw in out:
+            b = tw.buffer
+            if b and not b.DataLength() and b.Offset() > 1:
+                tw.buffer = _OffsetBuffer(self.model._tab.Bytes, int(b.Offset()), int(b.Size()))
+        return out
+
+    # ------------------------------------------------------------ resource variables
+    def check_unsupported_ops(self):
+        """TVM's check, with ``ASSIGN_VARIABLE`` judged by its value: its first input, the resource handle, is
+        never quantized, which TVM's check would take for dynamic-range quantization."""
+        tvm_inputs = self.get_input_tensors
+
+        def inputs(op):
+            tensors = tvm_inputs(op)
+            return tensors[1:] if self.get_op_code_str(op) == "ASSIGN_VARIABLE" else tensors
+
+        self.get_input_tensors = inputs
+        try:
+            super().check_unsupported_ops()
+        finally:
+            del self.get_input_tensors
+
+    def convert_read_state(self, op):
+        """READ_VARIABLE: the variable's current value; the first read of an invocation is the state before it."""
+        if self.conversion_state["in_call_once_init"]:
+            return self.convert_read_variable(op)
+        (handle,), (out,) = self.get_input_tensors(op), self.get_output_tensors(op)
+        key = self._get_resource_key_for_handle(handle, "READ_VARIABLE")
+        st = self._state(key)
+        if st["current"] is None:
+            init = self.conversion_state["resource_values"].get(key)
+            if init is None:
+                raise tvm.error.OpNotImplemented(f"READ_VARIABLE of '{_key_name(key)}' before any assignment and "
+                                                 "without a CALL_ONCE initial value")
+            shape = [int(d) for d in self.get_tensor_shape(out)]
+            var = relax.Var(f"state_{_ident(_key_name(key))}",
+                            relax.TensorType(shape, self.get_tensor_type_str(out.tensor.Type())))
+            st.update(param=var, current=var, init=init)
+        return st["current"]
+
+    def convert_assign_state(self, op):
+        """ASSIGN_VARIABLE: in the initialisation subgraph TVM's (initial values); in subgraph 0 the value
+        becomes the variable's current one."""
+        if self.conversion_state["in_call_once_init"]:
+            return self.convert_assign_variable(op)
+        handle, value = self.get_input_tensors(op)
+        key = self._get_resource_key_for_handle(handle, "ASSIGN_VARIABLE")
+        st = self._state(key)
+        st["current"], st["assigned"] = self.get_tensor_expr(value), True
+        return None
+
+    def _state(self, key) -> dict:
+        states = self.conversion_state["tvm_memsched_states"]
+        return states.setdefault(key, {"param": None, "current": None, "init": None, "assigned": False})
+
+    def state_updates(self) -> list:
+        """``[(name, state before: relax.Var, state after: Expr, initial value: Expr)]`` for every variable
+        subgraph 0 reads before assigning (the others carry nothing from one invocation to the next), in
+        the order of their first reads."""
+        out = []
+        for key, st in self.conversion_state["tvm_memsched_states"].items():
+            if st["param"] is not None:
+                out.append((_key_name(key), st["param"], st["current"], st["init"]))
+        return out
 
     def _same_quantization(self, name: str, convert):
         def checked(op):
@@ -105,6 +192,34 @@ class OperatorConverter(_TVMConverter):
         if quantized:
             out = self.quantize(out, output_tensor)
         return out
+
+
+class _OffsetBuffer:
+    """A TFLite ``Buffer`` whose data lies at ``offset`` in the file (the accessors TVM's importer uses)."""
+
+    def __init__(self, file_bytes, offset: int, size: int):
+        if offset + size > len(file_bytes):
+            raise ValueError(f"buffer at bytes {offset}..{offset + size} lies past the end of the "
+                             f"{len(file_bytes)}-byte file (truncated?)")
+        self._data = np.frombuffer(file_bytes, np.uint8, count=size, offset=offset)
+
+    def DataAsNumpy(self):  # noqa: N802 - the flatbuffers accessor names
+        return self._data
+
+    def DataLength(self):  # noqa: N802
+        return len(self._data)
+
+    def DataIsNone(self):  # noqa: N802
+        return False
+
+
+def _key_name(key) -> str:
+    container, shared = key
+    return f"{container}/{shared}" if container else shared
+
+
+def _ident(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)
 
 
 def _name(t) -> str:

@@ -32,6 +32,7 @@ Example
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import flatbuffers
@@ -42,13 +43,22 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed wheels
     from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
 
-__all__ = ["schema", "tfl", "ModelBuilder", "AlignedBufferT", "serialize", "load", "builtin_code",
-           "opcode_name", "operator_names", "set_offline_plan", "TENSOR_TYPES"]
+__all__ = ["schema", "tfl", "ModelBuilder", "AlignedBufferT", "serialize", "write_offset_buffers",
+           "offset_buffer_count", "load", "builtin_code",
+           "opcode_name", "operator_names", "set_offline_plan", "TENSOR_TYPES", "ITEMSIZE", "type_name",
+           "tensor_nbytes"]
 
 #: numpy dtype -> ``TensorType`` value.
 TENSOR_TYPES = {np.dtype(np.float32): tfl.TensorType.FLOAT32, np.dtype(np.int32): tfl.TensorType.INT32,
                 np.dtype(np.int8): tfl.TensorType.INT8, np.dtype(np.uint8): tfl.TensorType.UINT8,
                 np.dtype(np.int16): tfl.TensorType.INT16, np.dtype(np.int64): tfl.TensorType.INT64}
+
+
+#: bytes per element of each TensorType name (None: no fixed size, unsupported as an activation).
+ITEMSIZE = {"FLOAT32": 4, "FLOAT16": 2, "INT32": 4, "UINT8": 1, "INT64": 8, "STRING": None, "BOOL": 1,
+            "INT16": 2, "COMPLEX64": 8, "INT8": 1, "FLOAT64": 8, "COMPLEX128": 16, "UINT64": 8,
+            "RESOURCE": None, "VARIANT": None, "UINT32": 4, "UINT16": 2, "INT4": 0.5, "BFLOAT16": 2,
+            "INT2": 0.25, "UINT4": 0.5, "FLOAT8_E4M3FN": 1, "FLOAT8_E5M2": 1}
 
 
 def schema():
@@ -85,32 +95,86 @@ class AlignedBufferT(tfl.BufferT):
 
 
 class ModelBuilder:
-    """Accumulate tensors, constant buffers, opcodes and operators of a one-subgraph model."""
+    """Accumulate tensors, constant buffers, opcodes and operators of a model.
+
+    Tensors and operators go into the *current* subgraph: subgraph 0 (the
+    model's main graph) until :meth:`subgraph` adds another one (an
+    initialisation subgraph called by ``CALL_ONCE``, a loop body...) or
+    :meth:`use` switches back. Buffers, opcodes and metadata are shared by all
+    subgraphs.
+
+    >>> mb = ModelBuilder()
+    >>> x = mb.tensor("x", [1, 4])
+    >>> init = mb.subgraph("init")           # now adding to subgraph 1
+    >>> z = mb.tensor("zeros", [1, 4], data=np.zeros((1, 4), np.float32))
+    >>> mb.use(0)
+    >>> [len(sg.tensors) for sg in mb.model([x], [x]).subgraphs], init
+    ([1, 1], 1)
+    """
 
     def __init__(self, description: str = "tvm_memsched"):
         self.tfl = tfl
         self.description = description
         self.buffers = [tfl.BufferT()]   # buffer 0: empty sentinel for all non-constant tensors
-        self.tensors: list = []
-        self.operators: list = []
         self.opcodes: list = []
         self.metadata: list = []
         self._opcode_index: dict[tuple, int] = {}
-        self._tensor_index: dict[str, int] = {}
+        # per subgraph: [name, tensors, operators, tensor index by name, inputs, outputs]
+        self._subgraphs: list = []
+        self._current = 0
+        self.subgraph("main")
+        self.use(0)
 
+    # ------------------------------------------------------------- subgraphs
+    def subgraph(self, name: str, inputs=(), outputs=()) -> int:
+        """Add a subgraph (with these input/output tensor indices, set later with :meth:`set_io` when
+        its tensors exist) and make it current; returns its index."""
+        self._subgraphs.append([name, [], [], {}, list(inputs), list(outputs)])
+        self.use(len(self._subgraphs) - 1)
+        return self._current
+
+    def use(self, index: int) -> None:
+        """Make subgraph ``index`` the one :meth:`tensor` and :meth:`op` add to."""
+        if not 0 <= int(index) < len(self._subgraphs):
+            raise ValueError(f"no subgraph {index} (the model has {len(self._subgraphs)})")
+        self._current = int(index)
+
+    def set_io(self, index: int, inputs, outputs) -> None:
+        """Set the input and output tensor indices of subgraph ``index`` (subgraph 0's are given to
+        :meth:`model` / :meth:`finish`)."""
+        self._subgraphs[index][4:6] = [[int(i) for i in inputs], [int(i) for i in outputs]]
+
+    @property
+    def current(self) -> int:
+        """Index of the subgraph tensors and operators are added to."""
+        return self._current
+
+    @property
+    def tensors(self) -> list:
+        """The ``TensorT`` list of the current subgraph."""
+        return self._subgraphs[self._current][1]
+
+    @property
+    def operators(self) -> list:
+        """The ``OperatorT`` list of the current subgraph."""
+        return self._subgraphs[self._current][2]
+
+    # --------------------------------------------------------------- content
     def add_buffer(self, data) -> int:
         """Append a constant buffer holding ``data``; returns its index."""
         self.buffers.append(AlignedBufferT(data))
         return len(self.buffers) - 1
 
     def tensor(self, name: str, shape, dtype=np.float32, data=None, scale=None, zero_point=None,
-               quantized_dimension: int = 0) -> int:
-        """Add a tensor (a constant if ``data`` is given, quantized if ``scale`` is given); returns its index."""
-        if name in self._tensor_index:
+               quantized_dimension: int = 0, type_code: int | None = None) -> int:
+        """Add a tensor to the current subgraph (a constant if ``data`` is given, quantized if ``scale`` is
+        given; ``type_code`` overrides the ``TensorType``, e.g. ``RESOURCE``); returns its index there."""
+        index = self._subgraphs[self._current][3]
+        if name in index:
             raise ValueError(f"tensor name {name!r} used twice")
         t = tfl.TensorT()
         t.name, t.shape = name, [int(s) for s in shape]
-        t.type = TENSOR_TYPES[np.dtype(dtype)]
+        t.type = TENSOR_TYPES[np.dtype(dtype)] if type_code is None else int(type_code)
         if data is not None:
             data = np.asarray(data, dtype=dtype)
             if list(data.shape) != t.shape:
@@ -128,11 +192,11 @@ class ModelBuilder:
             q.quantizedDimension = int(quantized_dimension)
             t.quantization = q
         self.tensors.append(t)
-        self._tensor_index[name] = len(self.tensors) - 1
+        index[name] = len(self.tensors) - 1
         return len(self.tensors) - 1
 
     def tensor_index(self, name: str) -> int:
-        return self._tensor_index[name]
+        return self._subgraphs[self._current][3][name]
 
     def opcode(self, code: int, version: int = 1) -> int:
         """Index of the operator code ``(code, version)``, added on first use."""
@@ -147,7 +211,7 @@ class ModelBuilder:
         return self._opcode_index[key]
 
     def op(self, code: int, inputs, outputs, options_type: int = 0, options=None, version: int = 1) -> int:
-        """Append an operator (after all previous ones); returns its index."""
+        """Append an operator to the current subgraph (after all its previous ones); returns its index."""
         o = tfl.OperatorT()
         o.opcodeIndex = self.opcode(code, version)
         o.inputs, o.outputs = [int(i) for i in inputs], [int(i) for i in outputs]
@@ -160,17 +224,23 @@ class ModelBuilder:
         m.name, m.buffer = name, self.add_buffer(data)
         self.metadata.append(m)
 
-    def model(self, inputs, outputs, subgraph_name: str = "main"):
-        """The ``ModelT`` object tree."""
+    def model(self, inputs, outputs, subgraph_name: str | None = None):
+        """The ``ModelT`` object tree; ``inputs``/``outputs`` are subgraph 0's."""
         tfl = self.tfl
-        sg = tfl.SubGraphT()
-        sg.tensors, sg.operators = self.tensors, self.operators
-        sg.inputs, sg.outputs = [int(i) for i in inputs], [int(i) for i in outputs]
-        sg.name = subgraph_name
+        sgs = []
+        for k, (name, tensors, operators, _, sin, sout) in enumerate(self._subgraphs):
+            sg = tfl.SubGraphT()
+            sg.tensors, sg.operators = tensors, operators
+            if k == 0:
+                sin, sout = inputs, outputs
+                name = subgraph_name or name
+            sg.inputs, sg.outputs = [int(i) for i in sin], [int(i) for i in sout]
+            sg.name = name
+            sgs.append(sg)
         m = tfl.ModelT()
         m.version = 3                      # the default 0 is rejected by LiteRT
         m.description = self.description
-        m.operatorCodes, m.subgraphs, m.buffers = self.opcodes, [sg], self.buffers
+        m.operatorCodes, m.subgraphs, m.buffers = self.opcodes, sgs, self.buffers
         m.metadata = self.metadata or None
         return m
 
@@ -179,21 +249,89 @@ class ModelBuilder:
         return serialize(self.model(inputs, outputs))
 
 
-def serialize(model) -> bytes:
-    """Pack a ``ModelT`` into ``.tflite`` bytes (``TFL3`` identifier, every buffer 16-byte aligned)."""
+def serialize(model, offset_buffers: bool = False) -> bytes:
+    """Pack a ``ModelT`` into ``.tflite`` bytes (``TFL3`` identifier, every buffer 16-byte aligned).
+
+    With ``offset_buffers`` the data of every constant tensor is stored after
+    the flatbuffer and found through ``Buffer.offset`` / ``Buffer.size`` (bytes
+    from the start of the file), the layout recent converters and Google's
+    ai-edge-quantizer write (see :func:`write_offset_buffers`).
+    """
     for i, b in enumerate(model.buffers or []):
         if not isinstance(b, AlignedBufferT):
             data = b.data if b.data is not None and len(b.data) else None
             model.buffers[i] = AlignedBufferT(data, b.offset, b.size)
+    if offset_buffers:
+        return write_offset_buffers(model)
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+#: ``Buffer`` table fields (flatbuffers vtable offsets): ``offset`` and ``size`` (``uint64``)
+_BUFFER_OFFSET_FIELD, _BUFFER_SIZE_FIELD = 6, 8
+
+
+def write_offset_buffers(model) -> bytes:
+    """``model`` (a ``ModelT`` with :class:`AlignedBufferT` buffers) with its tensors' constant data after the
+    flatbuffer, as the TFLite converter writes it with ``use_buffer_offset``.
+
+    The flatbuffer is padded to 16 bytes, each constant follows 16-byte aligned
+    (the converter writes them back to back; both are valid) and 16 zero bytes
+    end the file. Metadata buffers (TFLite Micro's offline plan, version
+    strings) stay inside the flatbuffer, where the runtimes read them.
+    """
+    external = sorted({int(t.buffer) for sg in model.subgraphs for t in (sg.tensors or [])
+                       if int(t.buffer) > 0 and model.buffers[int(t.buffer)].data is not None
+                       and len(model.buffers[int(t.buffer)].data)})
+    saved = {i: model.buffers[i] for i in external}
+    try:
+        for i in external:   # placeholders: non-default values, so both fields are present to patch
+            model.buffers[i] = AlignedBufferT(None, 1, 1)
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        out = bytearray(builder.Output())
+    finally:
+        for i, b in saved.items():
+            model.buffers[i] = b
+    out += bytes(-len(out) % 16)
+    fb = tfl.Model.GetRootAs(out, 0)
+    for i in external:
+        raw = np.ascontiguousarray(saved[i].data).view(np.uint8).ravel().tobytes()
+        tab = fb.Buffers(i)._tab
+        for fld, value in ((_BUFFER_OFFSET_FIELD, len(out)), (_BUFFER_SIZE_FIELD, len(raw))):
+            pos = tab.Pos + tab.Offset(fld)
+            out[pos:pos + 8] = int(value).to_bytes(8, "little")
+        out += raw + bytes(-len(raw) % 16)
+    out += bytes(16)
+    return bytes(out)
+
+
+def offset_buffer_count(buf: bytes) -> int:
+    """How many buffers of the ``.tflite`` bytes ``buf`` keep their data outside the flatbuffer (``offset > 1``)."""
+    m = tfl.Model.GetRootAs(buf, 0)
+    return sum(1 for i in range(m.BuffersLength()) if m.Buffers(i).Offset() > 1)
 
 
 def load(buf: bytes):
     """``.tflite`` bytes -> mutable ``ModelT``. Strings come back as ``bytes``, vectors as read-only numpy arrays
     (assign new lists to edit them), buffer data as views into ``buf`` (keep it alive)."""
     return tfl.ModelT.InitFromObj(tfl.Model.GetRootAs(buf, 0))
+
+
+def type_name(code) -> str:
+    """The ``TensorType`` name of a type code (``"INT8"``, ``"FLOAT32"``, ...; ``"TYPE_<n>"`` if unknown)."""
+    names = {v: k for k, v in vars(tfl.TensorType).items() if not k.startswith("_")}
+    return names.get(int(code), f"TYPE_{int(code)}")
+
+
+def tensor_nbytes(tensor) -> int | None:
+    """Bytes of a ``TensorT`` from its shape and type (None for strings, resources, variants)."""
+    item = ITEMSIZE.get(type_name(tensor.type))
+    if item is None:
+        return None
+    shape = [] if tensor.shape is None else [int(s) for s in tensor.shape]
+    return int(math.ceil(math.prod(shape) * item))
 
 
 def builtin_code(opcode) -> int:

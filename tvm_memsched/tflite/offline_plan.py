@@ -16,8 +16,12 @@ a metadata entry named ``OfflineMemoryAllocation`` whose buffer holds int32
 * kernel scratch buffers (``RequestScratchBufferInArena``) are still planned
   online, into the gaps around the offline buffers;
 * only the greedy planner honours the plan (not ``kPreserveAllTensors``), and
-  TFLM indexes the offsets per subgraph incorrectly when a model has several
-  subgraphs, so plans are written for single-subgraph models only.
+  TFLM applies the offsets of subgraph 0 to the tensors of every further
+  subgraph by local index, so plans are written only for models whose further
+  subgraphs have nothing for the arena: single-subgraph models, and streaming
+  models whose ``CALL_ONCE`` initialisation subgraph holds only constants and
+  resource handles (:func:`check_plannable`). Their state lives in TFLM's
+  persistent tail, not in the planned section.
 
 The plan covers every activation of subgraph 0 (graph inputs and outputs
 included, as TFLM allocates them in the arena) over its lifetime in the given
@@ -53,7 +57,8 @@ from .reader import TFLiteGraph
 from .reorder import OFFLINE_PLAN_NAME
 
 __all__ = ["OfflinePlan", "plan_offline", "tflm_greedy_plan", "tflm_tensor_order", "plan_buffers",
-           "attach_offline_plan", "read_offline_plan", "check_plannable", "TFLM_ALIGNMENT", "TIE_ORDERS"]
+           "attach_offline_plan", "read_offline_plan", "check_plannable", "plannable", "arena_tensors", "TFLM_ALIGNMENT",
+           "TIE_ORDERS"]
 
 #: TFLM's ``MicroArenaBufferAlignment()``: every planned buffer is rounded up to this many bytes.
 TFLM_ALIGNMENT = 16
@@ -234,18 +239,44 @@ def plan_offline(tg: TFLiteGraph, order: Sequence, *, exact: bool = True, time_l
     return OfflinePlan(offsets, size, lower, t_head, method, proven or size <= lower, dict(by_name))
 
 
+def arena_tensors(model, subgraph: int) -> list[int]:
+    """Tensors of ``subgraph`` TFLM places in the arena's planned section: not constants, not variables, not
+    resource handles (``VAR_HANDLE`` points them at persistent memory), not empty."""
+    from .reader import is_constant
+
+    out = []
+    for i, t in enumerate(model.subgraphs[subgraph].tensors or []):
+        if is_constant(model, t) or t.isVariable or builder.type_name(t.type) == "RESOURCE":
+            continue
+        if builder.tensor_nbytes(t):
+            out.append(i)
+    return out
+
+
 def check_plannable(model) -> None:
     """Raise :class:`UnsupportedError` unless an offline plan can be written for ``model`` (a ``ModelT``):
-    TFLM misapplies the offsets of subgraph 0 to further subgraphs, so only single-subgraph models qualify."""
-    if sum(len(sg.tensors or []) for sg in model.subgraphs[1:]):
-        raise UnsupportedError("an offline memory plan needs a single-subgraph model: TFLM misapplies the "
-                               f"offsets of subgraph 0 to the other {len(model.subgraphs) - 1} subgraph(s)")
+    TFLM applies the offsets of subgraph 0 to further subgraphs too, so they must have no arena tensors."""
+    for k in range(1, len(model.subgraphs)):
+        busy = arena_tensors(model, k)
+        if busy:
+            raise UnsupportedError(f"an offline memory plan needs the further subgraphs to keep nothing in the "
+                                   f"arena (TFLM applies subgraph 0's offsets to them too), but subgraph {k} has "
+                                   f"{len(busy)} activation tensor(s)")
+
+
+def plannable(model) -> bool:
+    """True if :func:`check_plannable` accepts ``model``."""
+    try:
+        check_plannable(model)
+    except UnsupportedError:
+        return False
+    return True
 
 
 def attach_offline_plan(model, plan: OfflinePlan):
     """Write ``plan`` into ``model`` (a ``ModelT``, modified and returned) as ``OfflineMemoryAllocation``.
 
-    Raises :class:`UnsupportedError` for models with tensors in further
+    Raises :class:`UnsupportedError` for models with arena tensors in further
     subgraphs (see :func:`check_plannable`).
     """
     check_plannable(model)
@@ -254,7 +285,8 @@ def attach_offline_plan(model, plan: OfflinePlan):
     bad = [o for o in plan.offsets if o >= 0 and o % TFLM_ALIGNMENT]
     if bad:
         raise ValueError(f"offline offsets must be {TFLM_ALIGNMENT}-byte aligned, got {bad[:3]}")
-    return builder.set_offline_plan(model, [int(o) for o in plan.offsets], name=OFFLINE_PLAN_NAME)
+    rest = sum(len(sg.tensors or []) for sg in model.subgraphs[1:])      # never read by TFLM: -1
+    return builder.set_offline_plan(model, [int(o) for o in plan.offsets] + [-1] * rest, name=OFFLINE_PLAN_NAME)
 
 
 def read_offline_plan(model) -> list | None:

@@ -19,12 +19,19 @@
   never larger than TFLM's own plan for the same order under any of the
   numberings (they are among its candidates), so OUT + plan <= OUT <= IN.
 
+Stateful models (resource variables, :mod:`.state`) keep the order of their
+variable accesses and their ``CALL_ONCE`` initialisation subgraph; an input
+with constants stored after the flatbuffer (``Buffer.offset``) is written in
+that layout again.
+
 With ``measure=True`` the three files are measured in TFLM (head and bisected
 minimum arena, :func:`.verify.tflm_arena`) and the measured numbers decide:
 the plan is used only if TFLM needs no more memory with it than without, and
 OUT falls back to the original file if TFLM needs more for it. With
-``verify=True`` LiteRT must give bit-identical outputs for IN, OUT and OUT +
-plan on random inputs.
+``verify=True`` LiteRT and TFLM must give bit-identical outputs for IN, OUT
+and OUT + plan on random inputs (stateful models: over
+:data:`STATEFUL_INVOCATIONS` invocations, state carried). TFLM cannot read
+offset-buffer files, so they are checked in LiteRT only.
 
 Example
 -------
@@ -43,11 +50,14 @@ from ..core.orders import program_order
 from ..core.simulate import peak_of_ids
 from . import builder
 from .offline_plan import (TIE_ORDERS, OfflinePlan, attach_offline_plan, check_plannable, plan_offline,
-                           tflm_greedy_plan, tflm_tensor_order)
+                           plannable, tflm_greedy_plan, tflm_tensor_order)
 from .reader import TFLiteGraph, load_model, read_tflite
 from .reorder import reorder_tflite
 
-__all__ = ["TFLiteExport", "optimize_tflite"]
+__all__ = ["TFLiteExport", "optimize_tflite", "STATEFUL_INVOCATIONS"]
+
+#: invocations per trial when checking a stateful model's outputs (its state carried from one to the next)
+STATEFUL_INVOCATIONS = 24
 
 
 @dataclass
@@ -73,7 +83,13 @@ class TFLiteExport:
     output: bytes
     measured: dict = field(default_factory=dict)
     litert: dict = field(default_factory=dict)
+    tflm: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        """True unless a LiteRT or TFLM check found outputs that differ from the original's."""
+        return all(v["identical"] for v in list(self.litert.values()) + list(self.tflm.values()))
 
     @property
     def name(self) -> str:
@@ -86,7 +102,8 @@ class TFLiteExport:
                              "optimal": s.optimal, "seconds": round(s.seconds, 3)},
                 "peaks": self.peaks, "orders": self.orders, "predicted_tflm_head": self.predicted,
                 "plan": None if self.plan is None else self.plan.to_dict(), "used_plan": self.used_plan,
-                "measured_tflm": self.measured, "litert": self.litert, "notes": list(self.notes),
+                "measured_tflm": self.measured, "litert": self.litert, "tflm_outputs": self.tflm,
+                "state": self.tg.state.to_dict() if self.tg.stateful else None, "notes": list(self.notes),
                 "output_bytes": len(self.output)}
 
     def table(self) -> str:
@@ -94,13 +111,17 @@ class TFLiteExport:
         rows = [("IN (file order)", "in"), ("OUT (reordered)", "out")]
         if self.out_plan is not None:
             rows.append(("OUT + offline plan", "out_plan"))
-        head = ["file", "order", "peak", "TFLM head (pred.)", "TFLM head", "TFLM min arena", "vs IN", "LiteRT"]
+        head = ["file", "order", "peak", "TFLM head (pred.)", "TFLM head", "TFLM min arena", "vs IN", "LiteRT",
+                "TFLM outputs"]
         body = []
         base = self.measured.get("in", {}).get("min_arena")
+
+        def verdict(res):
+            return "-" if not res else ("bit-identical" if res["identical"] else "DIFFERENT")
+
         for label, key in rows:
             m = self.measured.get(key, {})
             arena = m.get("min_arena")
-            lit = self.litert.get(key)
             order = self.orders.get(key, "file")
             if key == "out" and self.orders.get("out_tensor_numbering", "file") != "file":
                 order += ", renumbered"
@@ -108,8 +129,7 @@ class TFLiteExport:
                          str(self.predicted.get(key, "")), str(m.get("head", "-")),
                          str(arena if arena is not None else "-"),
                          f"{arena / base:.3f}x" if arena and base else "-",
-                         "-" if key == "in" else ("bit-identical" if lit and lit["identical"] else
-                                                  ("DIFFERENT" if lit else "-"))])
+                         verdict(self.litert.get(key)), verdict(self.tflm.get(key))])
         widths = [max(len(r[i]) for r in body + [head]) for i in range(len(head))]
         fmt = lambda r: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
                                   for i, (c, w) in enumerate(zip(r, widths)))
@@ -158,23 +178,26 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
     out = reorder_tflite(tg, plain_order,
                          tensor_order=None if tie is None else tflm_tensor_order(tg, plain_order, tie))
 
-    multi = sum(len(sg.tensors or []) for sg in tg.model.subgraphs[1:]) > 0
     plan = out_plan = None
     plan_name = None
     if offline_plan:
         check_plannable(tg.model)
-    if offline_plan or (measure and not multi):
+    if offline_plan or (measure and plannable(tg.model)):
         plans = {name: plan_offline(tg, o, exact=plan_exact, time_limit=plan_time_limit) for name, o in cands}
         plan_name, plan_order = min(cands, key=lambda c: plans[c[0]].arena_bytes)
         plan = plans[plan_name]
         m = load_model(reorder_tflite(tg, plan_order))
-        out_plan = builder.serialize(attach_offline_plan(m, plan))
+        out_plan = builder.serialize(attach_offline_plan(m, plan), offset_buffers=tg.offset_buffers)
         say(f"offline plan ({plan.method}, {plan_name} order): {plan.arena_bytes} bytes "
             f"(lower bound {plan.lower_bound_bytes}; TFLM's own plan for this order {plan.tflm_greedy_bytes})")
     used_plan = bool(offline_plan and plan is not None and plan.arena_bytes <= out_head)
 
     measured: dict = {}
-    if measure:
+    tflm_reads = not tg.offset_buffers
+    if not tflm_reads and (measure or verify):
+        notes.append("TFLite Micro does not read constants stored after the flatbuffer (Buffer.offset/size): its "
+                     "arena and outputs are not measured; the output keeps that layout, for LiteRT")
+    if measure and tflm_reads:
         from .verify import tflm_arena
 
         files = {"in": tg.buf, "out": out}
@@ -200,13 +223,24 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
                          f"({arena['out']} B): the plan is not used")
             used_plan = False
     litert: dict = {}
+    tflm: dict = {}
     if verify:
-        from .verify import compare_litert
+        from .verify import compare_litert, compare_tflm
 
+        calls = STATEFUL_INVOCATIONS if tg.stateful else 1
         for key, buf in (("out", out), ("out_plan", out_plan)):
-            if buf is not None:
-                litert[key] = compare_litert(tg.buf, buf, trials=trials, seed=seed).to_dict()
-                say(f"LiteRT {key}: {'bit-identical' if litert[key]['identical'] else 'DIFFERENT'}")
+            if buf is None:
+                continue
+            litert[key] = compare_litert(tg.buf, buf, trials=trials, seed=seed, invocations=calls).to_dict()
+            say(f"LiteRT {key}: {'bit-identical' if litert[key]['identical'] else 'DIFFERENT'}"
+                + (f" over {calls} invocations" if calls > 1 else ""))
+            if not tflm_reads:
+                continue
+            try:
+                tflm[key] = compare_tflm(tg.buf, buf, trials=trials, seed=seed, invocations=calls).to_dict()
+                say(f"TFLM {key}: {'bit-identical' if tflm[key]['identical'] else 'DIFFERENT'}")
+            except MemschedError as e:
+                notes.append(f"TFLM could not run {key}: {e}")
     orders = {"in": "file", "out": plain_name, "out_tensor_numbering": tie or "file"}
     peaks = {"in": peak_of_ids(g, file_order), "out": peak_of_ids(g, plain_order)}
     predicted = {"in": in_head, "out": out_head}
@@ -217,4 +251,4 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
     output = out_plan if used_plan else out
     return TFLiteExport(tg=tg, method=method, schedule=res, peaks=peaks, orders=orders, predicted=predicted,
                         plan=plan, out=out, out_plan=out_plan, used_plan=used_plan, output=output,
-                        measured=measured, litert=litert, notes=notes)
+                        measured=measured, litert=litert, tflm=tflm, notes=notes)

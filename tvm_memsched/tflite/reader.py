@@ -19,7 +19,16 @@ Only subgraph 0 (the model's main graph) is scheduled:
   transposed convolutions, fully-connected layers and batch matmuls, else 0),
   ``elements`` (output elements), ``param_bytes`` (bytes of the constant
   buffers it reads) and ``params`` (those buffers as ``(buffer index, bytes)``
-  pairs, so callers can count a buffer shared by several ops once).
+  pairs, so callers can count a buffer shared by several ops once);
+* stateful models (:mod:`.state`): ``CALL_ONCE`` and the resource-variable
+  operators are ops like any other, a ``VAR_HANDLE``'s handle is a zero-byte
+  tensor (the runtimes keep handles and variables outside the arena), and the
+  order the reads and assignments of one variable must keep is expressed by
+  zero-byte token tensors ``order#<index>`` written by the earlier operator and
+  read by the later one; :attr:`TFLiteGraph.state` describes the variables;
+* constants stored after the flatbuffer (``Buffer.offset`` / ``Buffer.size``)
+  are read from the file (:func:`load_model` gives their buffers the data);
+  :attr:`TFLiteGraph.offset_buffers` says the file used that layout.
 
 Graph names: a tensor keeps its TFLite name when that name is non-empty and
 unique in subgraph 0; otherwise it becomes ``"<name>#<index>"`` (or
@@ -32,12 +41,13 @@ Errors are :mod:`tvm_memsched.core.errors` exceptions: :class:`InputFileError`
 for files that are not TFLite flatbuffers, are truncated or corrupt, or whose
 dataflow is inconsistent; :class:`UnsupportedError` for features the scheduler
 cannot model: control-flow operators calling other subgraphs (``WHILE``,
-``IF``, ``CALL_ONCE``, StableHLO regions...), variable or resource tensors,
-dynamic shapes (a ``-1`` in ``shape_signature`` beyond the batch dimension;
-a dynamic batch, which the TFLite converter writes for every Keras model, is
-planned at the stored shape, as TFLite Micro allocates it), sparse
-activations, string tensors, and buffers stored outside the flatbuffer. Extra subgraphs that no
-operator of subgraph 0 calls are allowed and left untouched.
+``IF``, ``CALL``, StableHLO regions...; ``CALL_ONCE`` of an initialisation
+subgraph without inputs, outputs or further control flow is supported),
+legacy variable tensors (``is_variable``), dynamic shapes (a ``-1`` in
+``shape_signature`` beyond the batch dimension; a dynamic batch, which the
+TFLite converter writes for every Keras model, is planned at the stored shape,
+as TFLite Micro allocates it), sparse activations and string tensors. Extra
+subgraphs that no operator of subgraph 0 calls are allowed and left untouched.
 
 Example
 -------
@@ -60,15 +70,11 @@ import numpy as np
 
 from ..core.errors import GraphError, InputFileError, UnsupportedError
 from ..core.graph import Graph, Op
+from .builder import ITEMSIZE, offset_buffer_count, tensor_nbytes, type_name
+from .state import ModelState, analyze_state
 
 __all__ = ["TFLiteGraph", "read_tflite", "load_model", "read_bytes", "tensor_nbytes", "is_constant", "type_name",
            "ITEMSIZE", "CONTROL_FLOW_OPS"]
-
-#: bytes per element of each TensorType name (None: no fixed size, unsupported as an activation).
-ITEMSIZE = {"FLOAT32": 4, "FLOAT16": 2, "INT32": 4, "UINT8": 1, "INT64": 8, "STRING": None, "BOOL": 1,
-            "INT16": 2, "COMPLEX64": 8, "INT8": 1, "FLOAT64": 8, "COMPLEX128": 16, "UINT64": 8,
-            "RESOURCE": None, "VARIANT": None, "UINT32": 4, "UINT16": 2, "INT4": 0.5, "BFLOAT16": 2,
-            "INT2": 0.25, "UINT4": 0.5, "FLOAT8_E4M3FN": 1, "FLOAT8_E5M2": 1}
 
 #: Builtin operators that run other subgraphs (also detected from ``*SubgraphIndex`` options).
 CONTROL_FLOW_OPS = frozenset({"IF", "WHILE", "CALL", "CALL_ONCE", "STABLEHLO_WHILE", "STABLEHLO_CASE",
@@ -114,6 +120,13 @@ class TFLiteGraph:
     op_ids: dict
     unique_names: list
     notes: list = field(default_factory=list)
+    state: ModelState = field(default_factory=ModelState)
+    offset_buffers: bool = False
+
+    @property
+    def stateful(self) -> bool:
+        """True if the model keeps state across invocations (resource variables, ``CALL_ONCE``)."""
+        return self.state.stateful
 
     @property
     def num_subgraphs(self) -> int:
@@ -157,7 +170,9 @@ def load_model(buf: bytes, what: str = "model"):
     Raises :class:`InputFileError` for data that is not a TFLite flatbuffer
     (too short, no ``TFL3`` identifier, root offset out of range) and for
     truncated or corrupt files (any out-of-range offset or impossible value
-    met while unpacking, or inconsistent indices).
+    met while unpacking, or inconsistent indices, or a buffer stored after the
+    flatbuffer that reaches past the end of the file). Buffers stored after the
+    flatbuffer get their data (views into ``buf``) and offset/size 0.
     """
     from . import builder
 
@@ -181,15 +196,22 @@ def load_model(buf: bytes, what: str = "model"):
         raise InputFileError(f"{what}: corrupt or truncated TFLite flatbuffer "
                              f"({type(e).__name__}: {str(e)[:120]})") from None
     _check_structure(model, what)
+    _inline_offset_buffers(model, buf, what)
     return model
 
 
-def type_name(code) -> str:
-    """The ``TensorType`` name of a type code (``"INT8"``, ``"FLOAT32"``, ...; ``"TYPE_<n>"`` if unknown)."""
-    from .builder import tfl
-
-    names = {v: k for k, v in vars(tfl.TensorType).items() if not k.startswith("_")}
-    return names.get(int(code), f"TYPE_{int(code)}")
+def _inline_offset_buffers(model, buf, what: str) -> None:
+    """Give every buffer stored after the flatbuffer (``offset > 1``) its data, as a view into ``buf``."""
+    n = len(buf)
+    for i, b in enumerate(model.buffers or []):
+        off, size = int(b.offset or 0), int(b.size or 0)
+        if (b.data is not None and len(b.data)) or off <= 1:
+            continue
+        if off + size > n:
+            raise InputFileError(f"{what}: buffer {i} lies at bytes {off}..{off + size} but the file has {n} "
+                                 "bytes (truncated?)")
+        b.data = np.frombuffer(buf, np.uint8, count=size, offset=off)
+        b.offset = b.size = 0
 
 
 def _check_structure(model, what: str) -> None:
@@ -238,15 +260,6 @@ def is_constant(model, tensor) -> bool:
         return False
     buf = model.buffers[b]
     return (buf.data is not None and len(buf.data) > 0) or int(buf.size or 0) > 0
-
-
-def tensor_nbytes(tensor) -> int | None:
-    """Bytes of a tensor from its shape and type (None for strings, resources, variants)."""
-    item = ITEMSIZE.get(type_name(tensor.type))
-    if item is None:
-        return None
-    shape = [] if tensor.shape is None else [int(s) for s in tensor.shape]
-    return int(math.ceil(math.prod(shape) * item))
 
 
 def _buffer_nbytes(model, b: int) -> int:
@@ -318,6 +331,7 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
     buf, default_label = read_bytes(source)
     label = label or default_label
     model = load_model(buf, label)
+    state = analyze_state(model, label)
     sg = model.subgraphs[0]
     tensors = list(sg.tensors or [])
     operators = list(sg.operators or [])
@@ -347,12 +361,6 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
         unique.append(cand)
 
     const = [is_constant(model, t) for t in tensors]
-    for i, t in enumerate(tensors):
-        if const[i]:
-            b = model.buffers[int(t.buffer)]
-            if (b.data is None or not len(b.data)) and int(b.offset or 0) > 1:
-                raise UnsupportedError(f"{label}: tensor '{unique[i]}' keeps its data outside the flatbuffer "
-                                       "(models over 2 GiB); not supported")
 
     used = [False] * len(tensors)
     for i in list(sg.inputs) + list(sg.outputs):
@@ -364,10 +372,11 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
             cc = codes[int(op.opcodeIndex)].customCode
             kind = f"CUSTOM:{cc.decode(errors='replace') if isinstance(cc, bytes) else cc}"
         refs = _option_subgraphs(op)
-        if kind in CONTROL_FLOW_OPS or refs:
+        if (kind in CONTROL_FLOW_OPS or refs) and kind != "CALL_ONCE":   # CALL_ONCE: checked by analyze_state
             tgt = f" (calls subgraph {', '.join(map(str, sorted(set(refs))))})" if refs else ""
             raise UnsupportedError(f"{label}: control-flow operator {kind}{tgt} at index {oi}: only "
-                                   "straight-line dataflow graphs (no WHILE/IF/CALL subgraphs) are supported")
+                                   "straight-line dataflow graphs (and CALL_ONCE initialisation of resource "
+                                   "variables) are supported, no WHILE/IF/CALL subgraphs")
         kinds.append(kind)
         for i in list(op.inputs) + list(op.outputs):      # intermediates become workspace, not tensors
             if int(i) >= 0:
@@ -384,6 +393,8 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
             raise UnsupportedError(f"{label}: variable tensor '{tn}' (state kept across invocations) is not "
                                    "supported")
         typ = type_name(t.type)
+        if typ == "RESOURCE":       # a VAR_HANDLE's handle: the runtimes keep it outside the arena
+            continue
         if ITEMSIZE.get(typ) is None:
             raise UnsupportedError(f"{label}: tensor '{tn}' has type {typ}; only numeric tensors are supported")
         sig = [] if t.shapeSignature is None else [int(s) for s in t.shapeSignature]
@@ -396,7 +407,9 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
             raise UnsupportedError(f"{label}: sparse activation tensor '{tn}' is not supported")
 
     tensor_names = [unique[i] if act[i] else None for i in range(len(tensors))]
-    g_tensors = [(unique[i], tensor_nbytes(tensors[i])) for i in range(len(tensors)) if act[i]]
+    g_tensors = [(unique[i], tensor_nbytes(tensors[i]) or 0) for i in range(len(tensors)) if act[i]]
+    tokens = _order_tokens(state, taken)
+    g_tensors += [(t, 0) for t in tokens.values()]
 
     ops = []
     op_names: list[str] = []
@@ -425,7 +438,9 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
         for o in outs:
             if const[o]:
                 raise InputFileError(f"{label}: operator {oi} ({kinds[oi]}) writes constant tensor '{unique[o]}'")
-        ops.append(Op(oname, [unique[i] for i in ins if act[i]], [unique[o] for o in outs], workspace, attrs))
+        after = [tokens[a] for a, b in state.edges if b == oi]
+        ops.append(Op(oname, [unique[i] for i in ins if act[i]] + after,
+                      [unique[o] for o in outs] + ([tokens[oi]] if oi in tokens else []), workspace, attrs))
 
     g_inputs = [unique[int(i)] for i in sg.inputs if act[int(i)]]
     g_outputs = [unique[int(i)] for i in sg.outputs if act[int(i)]]
@@ -444,10 +459,27 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
         batch = int(tensors[i].shape[0]) if tensors[i].shape is not None and len(tensors[i].shape) else 1
         notes.append(f"{len(dyn_batch)} tensor(s) have a dynamic batch dimension (shape_signature -1), e.g. "
                      f"'{unique[i]}': planned at the stored shape (batch {batch}), as TFLite Micro allocates them")
-    if len(model.subgraphs) > 1:
-        notes.append(f"{len(model.subgraphs) - 1} further subgraph(s) are not called by subgraph 0 and are "
-                     "left unchanged")
+    uncalled = len(model.subgraphs) - 1 - len(state.init_subgraphs)
+    if uncalled:
+        notes.append(f"{uncalled} further subgraph(s) are not called by subgraph 0 and are left unchanged")
+    if state.stateful:
+        notes.append(f"{len(state.variables)} resource variable(s), {state.bytes} bytes of state kept across "
+                     "invocations (persistent, outside the activation arena); the CALL_ONCE initialisation "
+                     f"subgraph(s) {', '.join(map(str, state.init_subgraphs)) or '-'} are left unchanged")
     return TFLiteGraph(model=model, buf=buf, graph=graph, tensor_names=tensor_names,
                        tensor_ids={n: i for i, n in enumerate(tensor_names) if n is not None},
                        op_names=op_names, op_ids={n: i for i, n in enumerate(op_names)},
-                       unique_names=unique, notes=notes)
+                       unique_names=unique, notes=notes, state=state,
+                       offset_buffers=offset_buffer_count(buf) > 0)
+
+
+def _order_tokens(state: ModelState, taken: set) -> dict:
+    """A zero-byte token tensor name for every operator that must run before another (see :mod:`.state`)."""
+    tokens = {}
+    for a in sorted({a for a, _ in state.edges}):
+        name = f"order#{a}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        tokens[a] = name
+    return tokens

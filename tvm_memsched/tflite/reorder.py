@@ -118,11 +118,12 @@ def reorder_tflite(tg: TFLiteGraph, order: Sequence, *, tensor_order: Sequence[i
     topological order of all ops). ``tensor_order`` optionally renumbers the
     tensors of subgraph 0 (see :func:`renumber_tensors`). ``model`` may be a
     fresh ``ModelT`` copy to edit (default: re-loaded from ``tg.buf``, so
-    ``tg.model`` is never changed).
+    ``tg.model`` is never changed). A model whose constants were stored after
+    the flatbuffer (``Buffer.offset``) is written in the same layout.
     """
     op_order = tg.operator_order(order)
     m = model if model is not None else load_model(tg.buf)
     reorder_model(m, op_order)
     if tensor_order is not None:
         renumber_tensors(m, tensor_order)
-    return builder.serialize(m)
+    return builder.serialize(m, offset_buffers=tg.offset_buffers)

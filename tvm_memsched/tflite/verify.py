@@ -6,7 +6,10 @@
   that LiteRT applies by default replaces the graph and executes in its own
   order, which would hide the file order we want to test.
   :func:`compare_litert` runs two models on the same random inputs and checks
-  that every output is **bit-identical** (compared as raw bytes).
+  that every output is **bit-identical** (compared as raw bytes); with
+  ``invocations`` > 1 over a sequence of inputs on one interpreter each, so
+  stateful models (resource variables) carry their state from one invocation
+  to the next (:func:`litert_run_sequence`).
 * :func:`tflm_arena` measures what TFLite Micro (the ``tflite-micro`` wheel's
   Python interpreter, GreedyMemoryPlanner, offline plans honoured) needs: the
   ``head`` (non-persistent section: the activation plan, including kernel
@@ -15,7 +18,9 @@
   redirecting file descriptor 2), and the smallest ``arena_size`` that
   ``AllocateTensors`` accepts, found by bisection. TFLM aborts with a
   segmentation fault for some too-small arenas instead of failing cleanly, so
-  every TFLM call runs in a forked child process.
+  every TFLM call runs in a forked child process. :func:`tflm_run_sequence`
+  and :func:`compare_tflm` run and compare models in TFLM the same way
+  (offline plans are only honoured there, so this is what checks them).
 
 Both runtimes are imported lazily; without them these functions raise
 :class:`~tvm_memsched.core.errors.UnsupportedError` naming the missing package.
@@ -45,22 +50,25 @@ import numpy as np
 
 from ..core.errors import MemschedError, UnsupportedError
 
-__all__ = ["litert_interpreter", "litert_run", "random_inputs", "compare_litert", "LiteRTComparison",
-           "TflmArena", "tflm_arena", "tflm_run", "in_child", "capture_fd2"]
+__all__ = ["litert_interpreter", "litert_run", "litert_run_sequence", "random_inputs", "random_input_sequence",
+           "compare_litert", "compare_tflm", "LiteRTComparison", "TflmArena", "tflm_arena", "tflm_run",
+           "tflm_run_sequence", "in_child", "capture_fd2"]
 
 
 # -------------------------------------------------------------------- LiteRT
-def litert_interpreter(buf: bytes, reference: bool = False):
+def litert_interpreter(buf: bytes, reference_kernels: bool = False):
     """A LiteRT interpreter for ``buf`` (builtin kernels, no default delegate), tensors allocated.
 
-    ``reference=True`` uses LiteRT's reference kernels (``BUILTIN_REF``) instead of the optimized ones.
+    ``reference_kernels`` selects TFLite's reference kernels (``BUILTIN_REF``),
+    which TFLite Micro runs too: LiteRT's optimized int8 kernels round some
+    results 1 LSB differently.
     """
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:  # pragma: no cover - depends on the environment
         raise UnsupportedError("LiteRT is not installed: pip install ai-edge-litert") from None
+    kind = OpResolverType.BUILTIN_REF if reference_kernels else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     try:
-        kind = OpResolverType.BUILTIN_REF if reference else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         it = Interpreter(model_content=bytes(buf), experimental_op_resolver_type=kind)
         it.allocate_tensors()
     except (ValueError, RuntimeError) as e:
@@ -74,80 +82,116 @@ def random_inputs(buf: bytes, seed: int = 0) -> dict:
     Floats: standard normal; integers: uniform over the type's range (int32 and
     wider: -100..100); booleans: coin flips.
     """
-    it = litert_interpreter(buf)
-    rng = np.random.default_rng(seed)
-    out = {}
-    for d in it.get_input_details():
-        shape, dt = tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"])
-        if dt.kind == "f":
-            v = rng.standard_normal(shape).astype(dt)
-        elif dt == np.bool_:
-            v = rng.integers(0, 2, shape).astype(dt)
-        elif dt.kind in "iu":
-            info = np.iinfo(dt)
-            lo, hi = (int(info.min), int(info.max)) if dt.itemsize <= 2 else (-100, 100)
-            lo = max(lo, 0) if dt.kind == "u" else lo
-            v = rng.integers(lo, hi, shape, endpoint=True).astype(dt)
-        else:
-            raise UnsupportedError(f"input '{d['name']}' has dtype {dt}; cannot make random values for it")
-        out[d["name"]] = v
+    return random_input_sequence(buf, 1, seed)[0]
+
+
+def random_input_sequence(buf: bytes, count: int, seed: int = 0) -> list[dict]:
+    """``count`` sets of :func:`random_inputs` (the first is ``random_inputs(buf, seed)``), for the successive
+    invocations of a stateful model."""
+    details = litert_interpreter(buf).get_input_details()
+    out = []
+    for k in range(count):
+        rng = np.random.default_rng(seed + k)
+        feeds = {}
+        for d in details:
+            shape, dt = tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"])
+            if dt.kind == "f":
+                v = rng.standard_normal(shape).astype(dt)
+            elif dt == np.bool_:
+                v = rng.integers(0, 2, shape).astype(dt)
+            elif dt.kind in "iu":
+                info = np.iinfo(dt)
+                lo, hi = (int(info.min), int(info.max)) if dt.itemsize <= 2 else (-100, 100)
+                lo = max(lo, 0) if dt.kind == "u" else lo
+                v = rng.integers(lo, hi, shape, endpoint=True).astype(dt)
+            else:
+                raise UnsupportedError(f"input '{d['name']}' has dtype {dt}; cannot make random values for it")
+            feeds[d["name"]] = v
+        out.append(feeds)
     return out
 
 
-def litert_run(buf: bytes, inputs: dict, reference: bool = False) -> dict:
-    """Run ``buf`` once in LiteRT (file order); ``inputs`` by tensor name -> outputs by tensor name.
+def litert_run(buf: bytes, inputs: dict) -> dict:
+    """Run ``buf`` once in LiteRT (file order); ``inputs`` by tensor name -> outputs by tensor name."""
+    return litert_run_sequence(buf, [inputs])[0]
 
-    ``reference=True``: LiteRT's reference kernels.
-    """
-    it = litert_interpreter(buf, reference)
+
+def litert_run_sequence(buf: bytes, inputs_seq, reference_kernels: bool = False) -> list[dict]:
+    """Invoke one LiteRT interpreter of ``buf`` on each input dict of ``inputs_seq`` in turn (a stateful model
+    carries its state from one invocation to the next); the outputs of each invocation by tensor name.
+    ``inputs_seq`` items may also be lists of arrays in the model's input order."""
+    it = litert_interpreter(buf, reference_kernels)
     details = it.get_input_details()
-    missing = [d["name"] for d in details if d["name"] not in inputs]
-    if missing:
-        raise MemschedError(f"no value for model input(s) {missing}")
-    for d in details:
-        it.set_tensor(d["index"], np.asarray(inputs[d["name"]]))
-    it.invoke()
-    return {d["name"]: np.array(it.get_tensor(d["index"])) for d in it.get_output_details()}
+    results = []
+    for inputs in inputs_seq:
+        if not isinstance(inputs, dict):
+            inputs = dict(zip([d["name"] for d in details], inputs))
+        missing = [d["name"] for d in details if d["name"] not in inputs]
+        if missing:
+            raise MemschedError(f"no value for model input(s) {missing}")
+        for d in details:
+            it.set_tensor(d["index"], np.asarray(inputs[d["name"]]))
+        it.invoke()
+        results.append({d["name"]: np.array(it.get_tensor(d["index"])) for d in it.get_output_details()})
+    return results
 
 
 @dataclass
 class LiteRTComparison:
-    """Result of running two models on the same inputs in LiteRT."""
+    """Result of running two models on the same inputs (in LiteRT, or in TFLM: :func:`compare_tflm`)."""
 
     identical: bool
     trials: int
     outputs: list
     max_abs_diff: float
     mismatches: list
+    invocations: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def compare_litert(buf_a: bytes, buf_b: bytes, *, trials: int = 2, seed: int = 0,
-                   run_b=None) -> LiteRTComparison:
+def _diff(ra: dict, rb: dict, where: str, mism: list) -> float:
+    """Append a message to ``mism`` for each output of ``ra`` that ``rb`` does not match bit for bit."""
+    worst = 0.0
+    for n, a in ra.items():
+        b = rb.get(n)
+        if b is None or a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
+            mism.append(f"{where}: output '{n}' differs" if b is not None else f"{where}: no output '{n}'")
+            if b is not None and a.shape == b.shape:
+                worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+    extra = sorted(set(rb) - set(ra))
+    if extra:
+        mism.append(f"{where}: unexpected outputs {extra}")
+    return worst
+
+
+def _compare_runs(run_a, run_b, feeds_of, trials: int, invocations: int) -> LiteRTComparison:
+    mism, worst, names = [], 0.0, []
+    for k in range(trials):
+        feeds = feeds_of(k)
+        ra, rb = run_a(feeds), run_b(feeds)
+        names = list(ra[0]) if ra else []
+        for j, (a, b) in enumerate(zip(ra, rb)):
+            where = f"trial {k}" + (f", invocation {j}" if invocations > 1 else "")
+            worst = max(worst, _diff(a, b, where, mism))
+    return LiteRTComparison(not mism, trials, names, worst, mism, invocations)
+
+
+def compare_litert(buf_a: bytes, buf_b: bytes, *, trials: int = 2, seed: int = 0, run_b=None,
+                   invocations: int = 1) -> LiteRTComparison:
     """Run both models on ``trials`` sets of random inputs and compare the outputs bit for bit.
 
     Outputs are matched by tensor name. ``run_b(inputs) -> outputs`` replaces
-    running ``buf_b`` (e.g. to chain pipeline segments).
+    running ``buf_b`` (e.g. to chain pipeline segments). With ``invocations``
+    > 1 each trial invokes one interpreter per model that many times on
+    successive random inputs and compares every invocation (state carried).
     """
-    mism, worst = [], 0.0
-    names: list = []
-    for k in range(trials):
-        feeds = random_inputs(buf_a, seed + k)
-        ra = litert_run(buf_a, feeds)
-        rb = run_b(feeds) if run_b is not None else litert_run(buf_b, feeds)
-        names = list(ra)
-        for n, a in ra.items():
-            b = rb.get(n)
-            if b is None or a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
-                mism.append(f"trial {k}: output '{n}' differs" if b is not None else f"trial {k}: no output '{n}'")
-                if b is not None and a.shape == b.shape:
-                    worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
-        extra = sorted(set(rb) - set(ra))
-        if extra:
-            mism.append(f"trial {k}: unexpected outputs {extra}")
-    return LiteRTComparison(not mism, trials, names, worst, mism)
+    def seq_b(feeds):
+        return [run_b(f) for f in feeds] if run_b is not None else litert_run_sequence(buf_b, feeds)
+
+    return _compare_runs(lambda feeds: litert_run_sequence(buf_a, feeds), seq_b,
+                         lambda k: random_input_sequence(buf_a, invocations, seed + 1000 * k), trials, invocations)
 
 
 # ---------------------------------------------------------------------- TFLM
@@ -305,6 +349,12 @@ def tflm_arena(buf: bytes, *, bisect: bool = True, arena_size: int | None = None
 def tflm_run(buf: bytes, inputs: dict, arena_size: int | None = None) -> list:
     """Run ``buf`` in TFLM (in a child process). ``inputs`` holds one array per model input, in the
     model's input order (a dict keyed by name, as from :func:`random_inputs`); returns the outputs in order."""
+    return tflm_run_sequence(buf, [inputs], arena_size)[0]
+
+
+def tflm_run_sequence(buf: bytes, inputs_seq, arena_size: int | None = None) -> list:
+    """Invoke one TFLM interpreter of ``buf`` (in a child process) on each element of ``inputs_seq`` (like the
+    ``inputs`` of :func:`tflm_run`) in turn, state carried; the outputs of every invocation, in order."""
     from .reader import load_model
 
     n_out = len(load_model(bytes(buf)).subgraphs[0].outputs)
@@ -313,11 +363,27 @@ def tflm_run(buf: bytes, inputs: dict, arena_size: int | None = None) -> list:
         it, log = _tflm_make(buf, arena_size or 4 * len(buf) + (1 << 20))
         if it is None:
             raise RuntimeError(" ".join(log.split())[:300])
-        for i, v in enumerate(inputs.values()):
-            it.set_input(np.asarray(v), i)
-        it.invoke()
-        return [np.array(it.get_output(i)) for i in range(n_out)]
+        results = []
+        for inputs in inputs_seq:
+            for i, v in enumerate(inputs.values()):
+                it.set_input(np.asarray(v), i)
+            it.invoke()
+            results.append([np.array(it.get_output(i)) for i in range(n_out)])
+        return results
     ok, val = in_child(run)
     if not ok:
         raise MemschedError(f"TFLM run failed: {val}")
     return val
+
+
+def compare_tflm(buf_a: bytes, buf_b: bytes, *, trials: int = 2, seed: int = 0, invocations: int = 1,
+                 arena_size: int | None = None) -> LiteRTComparison:
+    """:func:`compare_litert` with TFLite Micro running both models (offline plans honoured, state carried
+    over ``invocations``); ``arena_size`` is the arena of ``buf_b``'s interpreter (default: generous)."""
+    def outputs(buf, size):
+        def run(feeds):
+            return [{f"output{i}": o for i, o in enumerate(outs)} for outs in tflm_run_sequence(buf, feeds, size)]
+        return run
+
+    return _compare_runs(outputs(buf_a, None), outputs(buf_b, arena_size),
+                         lambda k: random_input_sequence(buf_a, invocations, seed + 1000 * k), trials, invocations)

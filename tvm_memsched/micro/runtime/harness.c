@@ -1,19 +1,30 @@
 /* Test program for an exported model (host or Cortex-M under QEMU semihosting).
  *
- * harness_data.h/.c (generated next to this file) name the model's run function and hold a fixed
- * input. The program copies the input into RAM buffers (as an application would; into the model's
- * arena when its inputs and outputs live there, HARNESS_IO_IN_ARENA), runs the model
- * once and prints every output as hex bytes, so the host can compare it bit for bit with TVM's
- * output. On Cortex-M it also prints the instructions model_run executed (SysTick; exact with
+ * harness_data.h/.c (generated next to this file) name the model's run function and hold fixed
+ * inputs for HARNESS_INVOCATIONS invocations. For each, the program copies the inputs into RAM
+ * buffers (as an application would; into the model's arena when its inputs and outputs live there,
+ * HARNESS_IO_IN_ARENA: then it calls the model's invoke function), runs the model and prints every output as hex bytes, so the
+ * host can compare them bit for bit with the reference (a stateful model carries its state from
+ * one invocation to the next; HARNESS_INIT, when defined, initialises it first). On Cortex-M it also prints the instructions model_run executed (SysTick; exact with
  * QEMU's "-icount shift=0", where one instruction takes 1 ns of virtual time and SysTick ticks at
- * 25 MHz) and the stack it used (the stack reserve is painted before the run). main's return
- * value is the exit status: 0 = ran, 1 = model_run failed. */
+ * 25 MHz) and the stack it used (the stack reserve is painted before the run), for the first
+ * invocation. main's return value is the exit status: 0 = ran, 1 = model_run failed. */
 #define _POSIX_C_SOURCE 200809L /* write() under -std=c11 */
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "harness_data.h"
+
+#ifdef HARNESS_IO_IN_ARENA /* inputs and outputs in the model's arena: the zero-copy entry points */
+#define HARNESS_CALL() HARNESS_INVOKE()
+#define HARNESS_IN_BUF(i) HARNESS_INPUT(i)
+#define HARNESS_OUT_BUF(i) HARNESS_OUTPUT(i)
+#else
+#define HARNESS_CALL() HARNESS_RUN(harness_inputs, harness_outputs)
+#define HARNESS_IN_BUF(i) harness_input_buffers[i]
+#define HARNESS_OUT_BUF(i) harness_outputs[i]
+#endif
 
 static void put(const char* s) {
   size_t n = strlen(s);
@@ -100,18 +111,15 @@ static uintptr_t stack_low_water(void) {
 }
 #endif
 
-static int __attribute__((noinline)) run_model(void) {
+static int __attribute__((noinline)) run_model(int report) {
+  if (!report) return HARNESS_CALL();
 #if defined(__arm__)
   paint_stack();
   uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
   systick_start();
   uint64_t t0 = systick_ticks();
 #endif
-#ifdef HARNESS_IO_IN_ARENA
-  int rc = HARNESS_INVOKE();
-#else
-  int rc = HARNESS_RUN(harness_inputs, harness_outputs);
-#endif
+  int rc = HARNESS_CALL();
 #if defined(__arm__)
   uint64_t ticks = systick_ticks() - t0;
   SYST_CSR = 0u;
@@ -123,30 +131,28 @@ static int __attribute__((noinline)) run_model(void) {
 }
 
 int main(void) {
-  for (int i = 0; i < HARNESS_NUM_INPUTS; ++i) {
-#ifdef HARNESS_IO_IN_ARENA
-    memcpy(HARNESS_INPUT(i), harness_input_data[i], harness_input_bytes[i]);
-#else
-    memcpy(harness_input_buffers[i], harness_input_data[i], harness_input_bytes[i]);
-#endif
-  }
   put("tvm_memsched harness\n");
-  int rc = run_model();
-  put_uint("workspace_high_water ", (uint64_t)tvm_memsched_workspace_high_water());
-  if (rc != 0) {
-    put_uint("error_call ", (uint64_t)rc);
-    put("error ");
-    put(tvm_memsched_last_error());
-    put("\n");
-    return 1;
-  }
-  for (int i = 0; i < HARNESS_NUM_OUTPUTS; ++i) {
-    put_uint("output ", (uint64_t)i);
-#ifdef HARNESS_IO_IN_ARENA
-    put_hex((const uint8_t*)HARNESS_OUTPUT(i), harness_output_bytes[i]);
-#else
-    put_hex((const uint8_t*)harness_outputs[i], harness_output_bytes[i]);
+#ifdef HARNESS_INIT
+  HARNESS_INIT();
 #endif
+  for (int j = 0; j < HARNESS_INVOCATIONS; ++j) {
+    for (int i = 0; i < HARNESS_NUM_INPUTS; ++i) {
+      memcpy(HARNESS_IN_BUF(i), harness_input_data[j * HARNESS_NUM_INPUTS + i], harness_input_bytes[i]);
+    }
+    int rc = run_model(j == 0);
+    if (j == 0) put_uint("workspace_high_water ", (uint64_t)tvm_memsched_workspace_high_water());
+    if (rc != 0) {
+      put_uint("error_call ", (uint64_t)rc);
+      put("error ");
+      put(tvm_memsched_last_error());
+      put("\n");
+      return 1;
+    }
+    put_uint("invocation ", (uint64_t)j);
+    for (int i = 0; i < HARNESS_NUM_OUTPUTS; ++i) {
+      put_uint("output ", (uint64_t)i);
+      put_hex((const uint8_t*)HARNESS_OUT_BUF(i), harness_output_bytes[i]);
+    }
   }
   put("done\n");
   return 0;

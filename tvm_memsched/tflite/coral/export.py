@@ -19,7 +19,7 @@ import json
 import os
 from typing import Sequence
 
-from ...core.errors import MemschedError
+from ...core.errors import MemschedError, UnsupportedError
 from .cost import EdgeTpuCostModel, Segmentation, evaluate, stage_io
 from .learned import segment_learned
 from .segment import segment
@@ -265,6 +265,9 @@ def coral_export(tg, k: int, out_dir: str, *, method: str = "auto", schedule_tim
 
     if segmenter not in ("exact", "learned"):
         raise MemschedError(f"unknown segmenter {segmenter!r}; use 'exact' or 'learned'")
+    if tg.stateful:
+        raise UnsupportedError(f"'{tg.graph.name}' keeps state in resource variables across invocations; a stateful "
+                               "model cannot be split into pipeline segments")
     g = tg.graph
     base = schedule(g, method, time_limit=schedule_time_limit, progress=progress)
     if segmenter == "learned":

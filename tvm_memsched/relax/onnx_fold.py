@@ -1,0 +1,151 @@
+"""Fold the shape arithmetic of an ONNX graph into constants before TVM imports it.
+
+Exporters compute shapes at run time: ``x.chunk(2, 1)`` becomes ``Shape ->
+Gather -> Add -> Div -> Mul -> Slice``, ``x.view(x.size(0), -1)`` becomes
+``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``, padding sizes come from
+``ConstantOfShape``. With static input shapes all of it is constant, but TVM's
+ONNX importer turns some of these chains into tensors of unknown shape, which
+no static plan can hold. :func:`fold_shapes` replaces them by constants:
+
+* shapes are inferred with ``onnx.shape_inference`` (after the given input
+  shapes are written into the graph), so ``Shape`` of a tensor with a fully
+  known shape is a constant;
+* any node of :data:`FOLDABLE` whose inputs are all constants and whose integer
+  result is small (at most :data:`MAX_ELEMENTS` values) is evaluated with
+  ``onnx.reference`` and becomes an initializer.
+
+Float computations and large tensors are left to TVM (they are data, not
+shapes). The model computes exactly what it did; only the graph is simpler.
+
+Example
+-------
+>>> from onnx import TensorProto, helper, numpy_helper
+>>> import numpy as np
+>>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 2])
+>>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+>>> nodes = [helper.make_node("Shape", ["x"], ["s"]),
+...          helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+...          helper.make_node("Concat", ["b", "minus1"], ["shape"], axis=0),
+...          helper.make_node("Reshape", ["x", "shape"], ["y"])]
+>>> inits = [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+...          numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+>>> m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+...                       opset_imports=[helper.make_opsetid("", 17)])
+>>> [n.op_type for n in fold_shapes(m).graph.node]
+['Reshape']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["fold_shapes", "FOLDABLE", "MAX_ELEMENTS"]
+
+#: operators evaluated at import time when all their inputs are constant (shape arithmetic)
+FOLDABLE = frozenset({"Shape", "Size", "Gather", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Floor", "Ceil",
+                      "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice", "Range", "Equal", "Less", "Greater",
+                      "Not", "And", "Or", "Where", "Min", "Max", "ReduceProd", "ReduceSum", "Identity",
+                      "ConstantOfShape", "Expand", "Reshape", "Flatten", "Tile", "Constant"})
+#: largest integer result folded
+MAX_ELEMENTS = 64
+
+
+def _with_input_shapes(model, shapes: dict):
+    for vi in model.graph.input:
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape.dim
+            for d, v in zip(dims, shapes[vi.name]):
+                d.Clear()
+                d.dim_value = int(v)
+
+
+def _static_shapes(model) -> dict:
+    """Tensor name -> static shape, from shape inference (unknown or symbolic dimensions left out)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # inference is best effort: without it only Constants and initializers fold
+        return {}
+    out = {}
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            out[vi.name] = [int(d.dim_value) for d in t.shape.dim]
+    return out
+
+
+def _evaluate(node, values: dict, opset: int):
+    """The outputs of ``node`` on constant inputs, with ONNX's reference implementation."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [i for i in node.input if i]
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(values[n].dtype), values[n].shape)
+              for n in names]
+    outputs = [helper.make_tensor_value_info(o, 0, None) for o in node.output]
+    g = helper.make_graph([node], "fold", inputs, outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    res = ReferenceEvaluator(m).run(None, {n: values[n] for n in names})
+    return [np.asarray(r) for r in res]
+
+
+def fold_shapes(model, input_shapes: dict | None = None, rounds: int = 8):
+    """A copy of the ONNX ``model`` with its constant shape arithmetic folded (see the module docstring).
+
+    Folding a ``Shape`` can let shape inference see further (a ``ConstantOfShape``
+    of it has a known shape), so inference and folding repeat, at most ``rounds``
+    times, until nothing more folds.
+    """
+    import onnx
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    if input_shapes:
+        _with_input_shapes(model, input_shapes)
+    for _ in range(rounds):
+        if not _fold_round(model):
+            break
+    return model
+
+
+def _fold_round(model) -> bool:
+    """One round of shape inference and folding, in place; True if a node was folded."""
+    from onnx import numpy_helper
+
+    opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [17])
+    g = model.graph
+    values = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    shapes = _static_shapes(model)
+    keep, folded = [], []
+    graph_outputs = {o.name for o in g.output}
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in FOLDABLE or graph_outputs & set(node.output):
+            keep.append(node)
+            continue
+        ins = [i for i in node.input if i]
+        if node.op_type == "Shape" and ins and ins[0] in shapes and not node.attribute:
+            outs = [np.array(shapes[ins[0]], np.int64)]
+        elif node.op_type == "Size" and ins and ins[0] in shapes:
+            outs = [np.array(int(np.prod(shapes[ins[0]])), np.int64)]
+        elif all(i in values for i in ins) and node.op_type not in ("Shape", "Size"):
+            try:
+                outs = _evaluate(node, values, opset)
+            except Exception:   # leave anything the reference cannot evaluate to TVM
+                keep.append(node)
+                continue
+        else:
+            keep.append(node)
+            continue
+        if any(o.dtype.kind not in "iub" or o.size > MAX_ELEMENTS for o in outs):
+            keep.append(node)
+            continue
+        for name, arr in zip(node.output, outs):
+            values[name] = arr
+            folded.append(numpy_helper.from_array(arr, name))
+    if not folded:
+        return False
+    used = {i for n in keep for i in n.input} | graph_outputs
+    del g.node[:]
+    g.node.extend(keep)
+    g.initializer.extend(t for t in folded if t.name in used)
+    return True

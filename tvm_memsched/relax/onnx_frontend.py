@@ -1,0 +1,87 @@
+"""ONNX files -> Relax, with one-line errors (used by :mod:`.frontend`).
+
+The model is parsed with the ``onnx`` package (the optional extra ``onnx``),
+checked for a graph and an opset list (a file cut short either fails to parse
+or, cut between two fields, parses without what follows the graph), its
+constant shape arithmetic folded (:mod:`.onnx_fold`) and imported with
+``tvm.relax.frontend.onnx.from_onnx``, weights as constants. Input shapes come
+from the file; ``input_shapes`` sets symbolic ones (and may restate static
+ones). Errors: :class:`InputFileError` for unreadable or invalid files,
+:class:`UnsupportedError` naming the operators TVM cannot import, unknown
+inputs, and shapes that stay symbolic or depend on the data.
+
+Example
+-------
+>>> import onnx
+>>> from onnx import TensorProto, helper
+>>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])
+>>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+>>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+>>> buf = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+>>> mod = from_onnx_bytes(buf, {"x": (1, 3, 8, 8)})
+>>> mod["main"].params[0].ty
+R.Tensor((1, 3, 8, 8), dtype="float32")
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+from ..core.errors import InputFileError, UnsupportedError, last_line
+from .input_shapes import check_static
+from .native_log import quiet_import
+from .onnx_fold import fold_shapes
+
+__all__ = ["from_onnx_bytes"]
+
+
+def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model"):
+    """Import the ONNX model ``buf`` (bytes of a ``.onnx`` file) into Relax (see the module docstring)."""
+    try:
+        import onnx
+    except ImportError:
+        raise UnsupportedError("importing .onnx needs the 'onnx' package (pip install 'tvm_memsched[onnx]')") \
+            from None
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        model = onnx.load_model_from_string(bytes(buf))
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise InputFileError(f"{what} is not an ONNX model ({type(e).__name__}: {last_line(e, 160)})") from None
+    # a file cut at a field boundary still parses, as a shorter model: what follows the graph is the opset list
+    if not len(model.graph.node):
+        raise InputFileError(f"{what} is not an ONNX model (no graph nodes; empty or truncated file?)")
+    if not len(model.opset_import):
+        raise InputFileError(f"{what} is not a complete ONNX model (no opset_import; truncated file?)")
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    unknown = sorted(set(input_shapes or {}) - set(inputs))
+    if unknown:
+        raise UnsupportedError(f"{what}: --input-shape names unknown input(s) {', '.join(unknown)}; the inputs are "
+                               f"{', '.join(inputs) or 'none'}")
+    shape_dict = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    for vi in model.graph.input:
+        if vi.name in shape_dict:
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+            given = shape_dict[vi.name]
+            if len(dims) != len(given) or any(d is not None and d != v for d, v in zip(dims, given)):
+                raise UnsupportedError(f"{what}: input '{vi.name}' has shape "
+                                       f"{'x'.join('?' if d is None else str(d) for d in dims)} (rank {len(dims)}); "
+                                       f"--input-shape gives {'x'.join(map(str, given))}")
+    model = fold_shapes(model, shape_dict)
+
+    def run():
+        with warnings.catch_warnings():    # TVM re-warns what onnx's checker says about untyped outputs
+            warnings.simplefilter("ignore")
+            return from_onnx(model, shape_dict=shape_dict or None)
+
+    def failure(e):  # TVM raises OpNotImplemented, TVMError, ValueError, AssertionError...
+        m = re.search(r"operators are not supported for frontend ONNX: (.*)", str(e))
+        if m:
+            return UnsupportedError(f"{what}: unsupported ONNX operator(s): {m.group(1).strip()}")
+        return UnsupportedError(f"{what} could not be imported by TVM's ONNX frontend: {last_line(e)}")
+
+    mod = quiet_import(run, failure)
+    check_static(mod, what)
+    return mod
