@@ -16,6 +16,7 @@ Example
   side by side on b     RAM total  flash  instructions
   TFLite Micro (arena)    1,000 B      -             -
   tvm_memsched              800 B  500 B             9
+  RAM total 0.80x TFLite Micro's smallest arena (at most TFLM's)
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, ato
     are reported alongside (they differ from TFLite Micro's in a few places,
     e.g. FULLY_CONNECTED rescales in double there).
     """
-    from ..tflite.verify import litert_run, tflm_run
+    from ..tflite.verify import litert_run_sequence, tflm_run
 
     feeds = dict(zip(_names(buf), inputs))
     out = {}
@@ -96,7 +97,7 @@ def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, ato
                         <= atol + rtol * np.abs(np.asarray(b, np.float64).reshape(np.shape(a))))
                  for a, b in zip(outputs, tflm)) and len(tflm) == len(outputs)
     out["tflm"] = {"max_abs_diff": d, "identical": same, "ok": bool(ok)}
-    lite = litert_run(bytes(buf), feeds, reference=True)
+    lite = litert_run_sequence(bytes(buf), [feeds], reference_kernels=True)[0]
     d2, same2 = _diff(outputs, list(lite.values()))
     out["litert_ref"] = {"max_abs_diff": d2, "identical": same2}
     out["ok"] = bool(ok)
@@ -119,5 +120,10 @@ def side_by_side(board_name: str, tflm: dict | None, default: dict | None, ours:
                      cell(default.get("instructions"), "")))
     rows.append(("tvm_memsched", cell(ours.get("ram")), cell(ours.get("flash")), cell(ours.get("instructions"), "")))
     w = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  " + "  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
-                     for r in rows)
+    table = "\n".join("  " + "  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
+                      for r in rows)
+    arena, ram = (tflm or {}).get("min_arena"), ours.get("ram")
+    if isinstance(arena, int) and isinstance(ram, int):
+        table += (f"\n  RAM total {ram / max(1, arena):.2f}x TFLite Micro's smallest arena "
+                  f"({'at most' if ram <= arena else 'MORE than'} TFLM's)")
+    return table
