@@ -9,7 +9,8 @@ PLOT = ["matplotlib>=3.7"]
 TORCH = ["torch==2.13.0"]
 ONNX = ["onnx==1.23.2"]   # .onnx models (relax.frontend.onnx)
 ALL = TVM + ILP + TFLITE + PLOT + ONNX
-TEST = ALL + TORCH + ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"]
+# pymicro-wakeword: real streaming .tflite models (microWakeWord, Apache-2.0) for tests/test_wakeword.py
+TEST = ALL + TORCH + ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "pymicro-wakeword==2.5.0"]
 
 setup(
     name="tvm_memsched",

@@ -88,11 +88,13 @@ def check(buf, rng=None, *, litert=True, tflm=True, litert_lsb=0, expect=None, i
         ref = run_tflm(buf, inputs)
         assert len(ref) == len(ours)
         for a, b in zip(ours, ref):
-            np.testing.assert_array_equal(a, b.reshape(a.shape))
+            assert a.shape == b.shape, f"our output {a.shape}, TFLM's {b.shape}"
+            np.testing.assert_array_equal(a, b)
     if litert:
         ref = run_litert(buf, inputs)
         for a, b in zip(ours, ref):
-            d = np.abs(a.astype(np.int64) - b.reshape(a.shape).astype(np.int64))
+            assert a.shape == b.shape, f"our output {a.shape}, LiteRT's {b.shape}"
+            d = np.abs(a.astype(np.int64) - b.astype(np.int64))
             assert d.max() <= litert_lsb, f"{d.max()} LSB from LiteRT"
     return ours, report
 
@@ -163,11 +165,29 @@ def test_depthwise_multiplier_and_conv_without_bias():
     check(T.conv(rng, bias=False, cin=5, cout=7), rng, litert=False)   # LiteRT requires an int8 conv bias
 
 
+def test_declared_output_shapes_are_kept_or_refused():
+    """An operator's result takes the shape the file declares (same element count), or the file is refused."""
+    from tvm_memsched.core.errors import InputFileError
+    from tvm_memsched.tflite.builder import serialize
+    from tvm_memsched.tflite.reader import load_model
+
+    rng = np.random.default_rng(9)
+    buf = T.fully_connected(rng, x_shape=(1, 1, 2, 8))
+    ret = from_tflite_bytes(buf)["main"].body.body
+    assert [int(d) for d in ret.ty.shape] == [1, 5]
+    model = load_model(T.binary(rng, tfl.BuiltinOperator.ADD))
+    sg = model.subgraphs[0]
+    sg.tensors[sg.outputs[0]].shape = np.array([1, 4, 4, 2], np.int32)
+    with pytest.raises(InputFileError, match="ADD output 'y': the file declares shape \\[1, 4, 4, 2\\]"):
+        from_tflite_bytes(serialize(model))
+
+
 @pytest.mark.parametrize("act", [0, 1])
 def test_fully_connected_matches_tflm_exactly(act):
     rng = np.random.default_rng(act)
     check(T.fully_connected(rng, act=act, batch=2), rng, litert_lsb=1, expect={"FULLY_CONNECTED"})
     check(T.fully_connected(rng, act=act, bias=False), rng, litert_lsb=1)
+    check(T.fully_connected(rng, act=act, x_shape=(1, 1, 2, 8)), rng, litert_lsb=1)   # flattened to (1, 16)
 
 
 @pytest.mark.parametrize("code", [B.ADD, B.SUB, B.MUL])

@@ -53,10 +53,11 @@ def conv(rng, *, depthwise=False, act=0, stride=1, pad=tfl.Padding.SAME, hw=(7, 
     return mb.finish([x], [y])
 
 
-def fully_connected(rng, *, act=0, batch=1, k=16, n=5, bias=True):
+def fully_connected(rng, *, act=0, batch=1, k=16, n=5, bias=True, x_shape=None):
+    """``x_shape``: the input's shape when it is not ``[batch, k]`` (TFLite flattens it to ``[-1, k]``)."""
     mb = ModelBuilder()
     (sx, zx), (sy, zy) = rand_q(rng, 0.01, 0.1), rand_q(rng, 0.05, 0.5)
-    x = qtensor(mb, "x", [batch, k], sx, zx)
+    x = qtensor(mb, "x", list(x_shape or [batch, k]), sx, zx)
     ws = float(np.float32(rng.uniform(0.002, 0.02)))
     w = qtensor(mb, "w", [n, k], ws, 0, data=rng.integers(-127, 128, (n, k)).astype(np.int8))
     ins = [x, w]

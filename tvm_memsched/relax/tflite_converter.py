@@ -71,6 +71,8 @@ class OperatorConverter(_TVMConverter):
         self.convert_map["PRELU"] = self.convert_prelu
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
+        for name, convert in list(self.convert_map.items()):
+            self.convert_map[name] = self._declared_shape(name, convert)
         self.conversion_state.setdefault("tvm_memsched_states", {})
 
     def get_tensors(self, tensors_idx_list):
@@ -148,9 +150,39 @@ class OperatorConverter(_TVMConverter):
                 if not self.has_same_qnn_params(tensors[0], t):
                     raise ValueError(f"quantized {name} with different input and output quantization "
                                      f"(tensor '{_name(t)}' vs '{_name(tensors[0])}'); TFLite requires them equal")
-            return convert(op)
+            return convert(op=op)
 
         return checked
+
+    def _declared_shape(self, name: str, convert):
+        """``convert`` with its single output given the shape the file declares for it.
+
+        TVM's converters sometimes keep the input's rank where TFLite does not (FULLY_CONNECTED without
+        ``keep_num_dims`` on a 4-D input gives ``(1, 1, 1, N)`` for the file's ``(1, N)``): an output with the
+        declared number of elements is reshaped to the declared shape, any other mismatch is refused by name.
+        """
+        def conformed(op):
+            ret = convert(op=op)
+            outs = self.get_output_tensors(op)
+            if ret is None or len(outs) != 1 or isinstance(ret, relax.Tuple):
+                return ret
+            declared = [int(d) for d in self.get_tensor_shape(outs[0])]
+            signature = outs[0].tensor.ShapeSignatureAsNumpy() if outs[0].tensor.ShapeSignatureLength() else None
+            if any(d < 0 for d in declared) or (signature is not None and any(int(d) < 0 for d in signature)):
+                return ret
+            ret = self.bb.normalize(ret)
+            ty = ret.ty
+            if not isinstance(ty, relax.TensorType) or ty.shape is None:
+                return ret
+            got = [int(d) if isinstance(d, (int, tvm.tirx.IntImm)) else None for d in ty.shape]
+            if None in got or got == declared:
+                return ret
+            if int(np.prod(got)) != int(np.prod(declared)):
+                raise ValueError(f"{name} output '{_name(outs[0])}': the file declares shape {declared}, the "
+                                 f"operator computes {got}")
+            return relax.op.reshape(ret, declared)
+
+        return conformed
 
     def convert_qnn_fused_activation_function(self, expr, fused_activation_fn, scale, zero_point, dtype):
         """Clamp of a fused activation on a quantized output, with TFLite's bounds."""
@@ -166,6 +198,27 @@ class OperatorConverter(_TVMConverter):
                                                                  dtype)
         lo, hi = act_range(kind, scale, int(zero_point), qmin, qmax)
         return relax.op.clip(expr, min=float(lo), max=float(hi))
+
+    def convert_fully_connected(self, op):
+        """FULLY_CONNECTED with TFLite's input flattening: without ``keep_num_dims`` the input is read as
+        ``[-1, k]`` whatever its rank (TVM multiplies the input as it is, which fails when its last axis is
+        not ``k`` and keeps its rank otherwise)."""
+        from tflite.FullyConnectedOptions import FullyConnectedOptions
+
+        inp, weight = self.get_input_tensors(op)[:2]
+        shape = [int(d) for d in self.get_tensor_shape(inp)]
+        k = int(self.get_tensor_shape(weight)[-1])
+        opts = FullyConnectedOptions()
+        opts.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+        if len(shape) == 2 or opts.KeepNumDims() or k <= 0 or int(np.prod(shape)) % k:
+            return super().convert_fully_connected(op)
+        flat = relax.op.reshape(self.get_tensor_expr(inp), [int(np.prod(shape)) // k, k])
+        tensor_expr = self.get_tensor_expr
+        self.get_tensor_expr = lambda t: flat if t.tensor_idx == inp.tensor_idx else tensor_expr(t)
+        try:
+            return super().convert_fully_connected(op)
+        finally:
+            del self.get_tensor_expr
 
     def convert_prelu(self, op):
         """PRELU with the slope at its stored shape (``nn.prelu`` over the last axis when it is per channel)."""
