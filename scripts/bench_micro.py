@@ -41,6 +41,7 @@ from tvm_memsched import micro, zoo  # noqa: E402
 from tvm_memsched.relax.compare import random_inputs  # noqa: E402
 from tvm_memsched.relax.frontend import from_tflite_bytes  # noqa: E402
 from tvm_memsched.core.errors import MemschedError  # noqa: E402
+from tvm_memsched.tflite.reader import read_tflite  # noqa: E402
 from tvm_memsched.tflite.verify import litert_run, tflm_arena, tflm_run  # noqa: E402
 
 
@@ -84,6 +85,8 @@ def bench_one(spec: str, board: str, work: str) -> dict:
         tflm = None
     t_tflm = time.perf_counter() - t0
     mod = from_tflite_bytes(buf, name)
+    if read_tflite(buf).stateful:
+        raise MemschedError("a stateful streaming model: see scripts/bench_streaming.py (sequences of invocations)")
     inputs = random_inputs(mod["main"], seed=0)
     ours, r_ours, s_ours = run_side(mod, board, os.path.join(work, name, "ours"), planner="tvm_memsched",
                                     int8=True, inputs=inputs)

@@ -360,9 +360,15 @@ def tflm_run_sequence(buf: bytes, inputs_seq, arena_size: int | None = None) -> 
     n_out = len(load_model(bytes(buf)).subgraphs[0].outputs)
 
     def run():
-        it, log = _tflm_make(buf, arena_size or 4 * len(buf) + (1 << 20))
-        if it is None:
-            raise RuntimeError(" ".join(log.split())[:300])
+        size = arena_size or 4 * len(buf) + (1 << 20)
+        while True:
+            it, log = _tflm_make(buf, size)
+            if it is not None:
+                break
+            message = " ".join(log.split())[:300]
+            if arena_size or not _out_of_memory(message) or size >= 1 << 30:
+                raise RuntimeError(message)
+            size *= 2            # the default arena was too small for a model with large activations
         results = []
         for inputs in inputs_seq:
             for i, v in enumerate(inputs.values()):
