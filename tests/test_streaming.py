@@ -94,14 +94,21 @@ def test_tokens_are_zero_bytes_and_the_plan_ignores_them(kws):
     assert "resource variable" in " ".join(tg.notes)
 
 
-@pytest.mark.parametrize("layout", ["traced", "hoisted"])
-def test_offline_plan_on_streaming_models(kws, layout):
-    buf = kws[layout]
-    res = optimize_tflite(buf, offline_plan=True, measure=True, verify=True, time_limit=2)
+def planned_stream(buf: bytes, time_limit: float):
+    """``tflite --offline-plan --report`` of a stateful model, asserting that OUT and OUT + plan are used and
+    identical to the input in LiteRT and TFLM over :data:`STATEFUL_INVOCATIONS` invocations."""
+    res = optimize_tflite(buf, offline_plan=True, measure=True, verify=True, time_limit=time_limit)
     assert res.used_plan and res.identical
     for key in ("out", "out_plan"):
         assert res.litert[key]["identical"] and res.litert[key]["invocations"] == STATEFUL_INVOCATIONS
         assert res.tflm[key]["identical"] and res.tflm[key]["invocations"] == STATEFUL_INVOCATIONS
+    return res
+
+
+@pytest.mark.parametrize("layout", ["traced", "hoisted"])
+def test_offline_plan_on_streaming_models(kws, layout):
+    buf = kws[layout]
+    res = planned_stream(buf, time_limit=2)
     arena = {k: v["min_arena"] for k, v in res.measured.items()}
     assert arena["out_plan"] <= arena["out"] <= arena["in"]
     if layout == "hoisted":
