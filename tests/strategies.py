@@ -13,8 +13,12 @@ from tvm_memsched.core import Graph, Op
 
 @st.composite
 def dags(draw, min_ops=0, max_ops=12, max_inputs=3, allow_multi_output=True, allow_workspace=True,
-         allow_empty_outputs=True):
-    """Random DAGs with multi-consumer tensors, multi-output ops, workspace and odd corners."""
+         allow_empty_outputs=True, allow_inplace=False):
+    """Random DAGs with multi-consumer tensors, multi-output ops, workspace and odd corners.
+
+    ``allow_inplace``: some ops declare an output written over one of their inputs
+    (same-index or with a shift).
+    """
     n_in = draw(st.integers(0, 3))
     n_ops = draw(st.integers(min_ops, max_ops))
     size = st.integers(0, 40)
@@ -37,7 +41,11 @@ def dags(draw, min_ops=0, max_ops=12, max_inputs=3, allow_multi_output=True, all
             outs.append(name)
         available.extend(outs)
         ws = draw(st.integers(0, 30)) if allow_workspace and draw(st.booleans()) else 0
-        ops.append(Op(f"op{v}", ins, outs, ws))
+        inplace = []
+        if allow_inplace and ins and outs and draw(st.booleans()):
+            shift = draw(st.sampled_from([0, 0, 0, 3, 9]))
+            inplace.append((outs[0], draw(st.sampled_from(ins)), shift))
+        ops.append(Op(f"op{v}", ins, outs, ws, inplace=inplace))
     produced = [t for op in ops for t in op.outputs]
     candidates = produced + inputs
     outputs = draw(st.lists(st.sampled_from(candidates), unique=True, max_size=4)) if candidates else []
@@ -88,7 +96,31 @@ def reference_footprints(g: Graph, order: list[str]):
     stable = []
     for i, name in enumerate(order):
         live = sum(t.bytes for t in g.tensors if created_by(t.name, i) and needed_at(t.name, i))
-        stable.append(live + g.op(name).workspace_bytes)
+        stable.append(live + g.op(name).workspace_bytes - inplace_saving_at(g, name, lambda r: pos[r] > i))
+    return _finish(g, order, stable, pos, producer, readers, inputs, outputs)
+
+
+def inplace_saving_at(g: Graph, name: str, runs_later) -> int:
+    """Bytes op ``name`` saves by writing outputs over inputs that die at it, from the definition:
+    an input dies when no other reader runs later and it is neither a graph output nor an unread input;
+    the pair then needs max(shift + size(input), size(output)) instead of size(input) + size(output)."""
+    op = g.op(name)
+    size = {t.name: t.bytes for t in g.tensors}
+    saved = 0
+    for out, inp, shift in op.inplace:
+        if inp in g.outputs:
+            continue
+        others = [o.name for o in g.ops if inp in o.inputs and o.name != name]
+        if any(runs_later(r) for r in others):
+            continue
+        together = size[inp] + size[out]
+        shared = max(shift + size[inp], size[out])
+        saved += max(0, together - shared)
+    return saved
+
+
+def _finish(g, order, stable, pos, producer, readers, inputs, outputs):
+    n = len(order)
     transient = []
     for i in range(n + 1):
         # before step i: created before i, still needed at step i (or pinned at the end)
@@ -162,7 +194,8 @@ def brute_force_optimum(g: Graph) -> int:
         for v in range(n):
             if (done >> v) & 1 or any(not (done >> p) & 1 for p in g.preds[v]):
                 continue
-            here = base + sum(sizes[t] for t in g.op_outputs[v]) + g.workspace[v]
+            here = base + sum(sizes[t] for t in g.op_outputs[v]) + g.workspace[v] - inplace_saving_at(
+                g, g.ops[v].name, lambda r: not (done >> g.op_index[r]) & 1 and g.op_index[r] != v)
             val = max(here, best(done | (1 << v)))
             res = val if res is None else min(res, val)
         return res

@@ -22,6 +22,14 @@ Finding the smallest arena is NP-hard (dynamic storage allocation), so
 
 A plan that meets the live peak is optimal and the search stops early.
 
+*In-place aliases.* A buffer may name another one it takes over
+(``Buffer.alias = (parent, rel)``): it is placed at ``offset(parent) + rel``
+(``rel <= 0``, rounded down to the alignment, which only moves it further below
+the parent) and may overlap the parent during the one step they share, the step
+where the parent dies and the child is born. Aliased buffers are placed as one
+rigid group whose footprint at each step is the hull of its members live then;
+:func:`check_plan` accepts exactly those overlaps.
+
 Example
 -------
 >>> bufs = [Buffer("a", 100, 0, 1), Buffer("b", 50, 1, 2), Buffer("c", 100, 2, 3)]
@@ -45,12 +53,101 @@ __all__ = ["Buffer", "ArenaPlan", "plan_arena", "live_peak", "check_plan", "buff
 
 @dataclass(frozen=True)
 class Buffer:
-    """A buffer to place: ``size`` bytes, live during steps ``start..end`` (inclusive)."""
+    """A buffer to place: ``size`` bytes, live during steps ``start..end`` (inclusive).
+
+    ``alias = (parent, rel)``: this buffer is written over buffer ``parent``, at
+    ``offset(parent) + rel`` (``rel <= 0``); it must be born at the step the parent dies.
+    """
 
     name: str
     size: int
     start: int
     end: int
+    alias: tuple | None = None
+
+
+def _groups(bufs: list[Buffer], alignment: int) -> list[list[tuple[int, int]]]:
+    """Alias groups: lists of ``(buffer index, offset relative to the group's base)``, bases >= 0.
+
+    Raises MemschedError on an alias to an unknown buffer, a cycle, a positive
+    ``rel``, a buffer taken over twice, or a child not born when its parent dies.
+    """
+    index = {b.name: i for i, b in enumerate(bufs)}
+    parent: dict[int, tuple[int, int]] = {}
+    taken: set[int] = set()
+    for i, b in enumerate(bufs):
+        if b.alias is None:
+            continue
+        pname, rel = b.alias
+        j = index.get(pname)
+        if j is None:
+            raise MemschedError(f"buffer {b.name} aliases unknown buffer {pname}")
+        if rel > 0:
+            raise MemschedError(f"buffer {b.name}: in-place offset {rel} above its parent {pname}")
+        if j in taken:
+            raise MemschedError(f"buffer {pname} is taken over by two buffers")
+        if bufs[j].end != b.start:
+            raise MemschedError(f"buffer {b.name} takes over {pname}, which does not die at step {b.start}")
+        taken.add(j)
+        parent[i] = (j, (rel // alignment) * alignment)
+    rel_of: dict[int, tuple[int, int]] = {}
+
+    def root(i, depth=0):
+        if i in rel_of:
+            return rel_of[i]
+        if depth > len(bufs):
+            raise MemschedError(f"buffer aliases form a cycle through {bufs[i].name}")
+        if i not in parent:
+            rel_of[i] = (i, 0)
+        else:
+            j, rel = parent[i]
+            r, base = root(j, depth + 1)
+            rel_of[i] = (r, base + rel)
+        return rel_of[i]
+
+    members: dict[int, list[tuple[int, int]]] = {}
+    for i in range(len(bufs)):
+        r, rel = root(i)
+        members.setdefault(r, []).append((i, rel))
+    out = []
+    for r in sorted(members):
+        ms = members[r]
+        low = min(rel for _, rel in ms)
+        out.append([(i, rel - low) for i, rel in ms])
+    return out
+
+
+def _group_rects(group, items) -> list[tuple[int, int, int, int, int]]:
+    """Rigid rectangles ``(rel, size, start, end, union)`` of a group, disjoint in time.
+
+    In each time slice the rectangle is the hull of the members live then;
+    ``union`` is the bytes those members really cover (for the lower bound).
+    """
+    if len(group) == 1:
+        i, rel = group[0]
+        size, s, e = items[i]
+        return [(rel, size, s, e, size)]
+    cuts = sorted({items[i][1] for i, _ in group} | {items[i][2] + 1 for i, _ in group})
+    rects: list[list[int]] = []
+    for a, b in zip(cuts, cuts[1:]):
+        live = [(rel, rel + items[i][0]) for i, rel in group if items[i][1] <= a <= items[i][2] and items[i][0]]
+        if not live:
+            continue
+        lo, hi = min(x for x, _ in live), max(y for _, y in live)
+        union, cur = 0, None
+        for x, y in sorted(live):
+            if cur is None or x > cur[1]:
+                union += 0 if cur is None else cur[1] - cur[0]
+                cur = [x, y]
+            else:
+                cur[1] = max(cur[1], y)
+        union += cur[1] - cur[0]
+        if rects and rects[-1][0] == lo and rects[-1][1] == hi - lo and rects[-1][3] == a - 1 \
+                and rects[-1][4] == union:
+            rects[-1][3] = b - 1
+        else:
+            rects.append([lo, hi - lo, a, b - 1, union])
+    return [tuple(r) for r in rects]
 
 
 @dataclass
@@ -75,12 +172,17 @@ def _align(n: int, a: int) -> int:
 
 
 def live_peak(buffers: Iterable[Buffer], alignment: int = 1) -> int:
-    """Largest total (aligned) size of buffers live at one step: a lower bound on any arena."""
+    """Largest total (aligned) size of buffers live at one step: a lower bound on any arena.
+
+    Buffers of an in-place group count the bytes the group covers at each step.
+    """
+    bufs = list(buffers)
+    items = [(_align(b.size, alignment), b.start, b.end) for b in bufs]
     events: dict[int, int] = {}
-    for b in buffers:
-        s = _align(b.size, alignment)
-        events[b.start] = events.get(b.start, 0) + s
-        events[b.end + 1] = events.get(b.end + 1, 0) - s
+    for group in _groups(bufs, alignment):
+        for _rel, _size, start, end, union in _group_rects(group, items):
+            events[start] = events.get(start, 0) + union
+            events[end + 1] = events.get(end + 1, 0) - union
     peak = cur = 0
     for t in sorted(events):
         cur += events[t]
@@ -95,6 +197,10 @@ def check_plan(buffers: Iterable[Buffer], offsets: dict, alignment: int = 1) -> 
     ``alignment``); raises ``ValueError`` naming the first conflict.
     """
     bs = sorted(buffers, key=lambda b: b.start)
+    declared = {}
+    for b in bs:
+        if b.alias is not None:
+            declared[(b.name, b.alias[0])] = b.alias[1]
     size = 0
     for i, a in enumerate(bs):
         oa = offsets[a.name]
@@ -106,9 +212,45 @@ def check_plan(buffers: Iterable[Buffer], offsets: dict, alignment: int = 1) -> 
                 break
             ob = offsets[b.name]
             if a.size and b.size and oa < ob + b.size and ob < oa + a.size:
+                if _declared_overlap(a, oa, b, ob, declared):
+                    continue
                 raise ValueError(f"buffers {a.name} [{oa}, {oa + a.size}) and {b.name} [{ob}, {ob + b.size}) "
                                  f"are live together at step {max(a.start, b.start)} and overlap")
     return size
+
+
+def _declared_overlap(a: Buffer, oa: int, b: Buffer, ob: int, declared: dict) -> bool:
+    """True when ``a`` and ``b`` overlap only as a declared in-place alias allows."""
+    for child, oc, par, op in ((a, oa, b, ob), (b, ob, a, oa)):
+        rel = declared.get((child.name, par.name))
+        if rel is not None and child.start == par.end and oc - op <= rel:
+            return True
+    return False
+
+
+def _greedy_groups(rects: list[list[tuple]], order: list[int]) -> tuple[dict[int, int], int]:
+    """First-fit placement of rigid rectangle groups; returns (base offset per group, arena size)."""
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end_offset, start, end)
+    bases: dict[int, int] = {}
+    top = 0
+    for g in order:
+        rs = [r for r in rects[g] if r[1]]
+        if not rs:
+            bases[g] = 0
+            continue
+        busy = [[(o, oe) for o, oe, ps, pe in placed if ps <= e and s <= pe] for _rel, _size, s, e, _u in rs]
+        cands = {0}
+        for (rel, _size, _s, _e, _u), bz in zip(rs, busy):
+            cands.update(oe - rel for _o, oe in bz if oe - rel >= 0)
+        for base in sorted(cands):
+            if all(not any(o < base + rel + size and base + rel < oe for o, oe in bz)
+                   for (rel, size, _s, _e, _u), bz in zip(rs, busy)):
+                break
+        bases[g] = base
+        for rel, size, s, e, _u in rs:
+            placed.append((base + rel, base + rel + size, s, e))
+            top = max(top, base + rel + size)
+    return bases, top
 
 
 def _greedy(items: list[tuple], order: list[int], best_fit: bool) -> tuple[dict[int, int], int]:
@@ -171,6 +313,8 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
     start_t = time.perf_counter()
     items = [(_align(b.size, alignment), b.start, b.end) for b in bufs]
     lb = live_peak(bufs, alignment)
+    if any(b.alias is not None for b in bufs):
+        return _plan_groups(bufs, items, lb, alignment, exact, time_limit, start_t)
     best = None
     tried = 0
     for oname, key in _ORDERS.items():
@@ -216,7 +360,43 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
                      alignment, stats)
 
 
-def _cpsat(items, upper, lower, time_limit, hint):
+def _plan_groups(bufs, items, lb, alignment, exact, time_limit, start_t) -> ArenaPlan:
+    """:func:`plan_arena` for buffers with in-place aliases: rigid groups, first fit, optional CP-SAT."""
+    groups = _groups(bufs, alignment)
+    rects = [_group_rects(g, items) for g in groups]
+    keys = [(max((r[1] for r in rs), default=0), min((r[2] for r in rs), default=0),
+             max((r[3] for r in rs), default=0)) for rs in rects]
+    best = None
+    for oname, key in _ORDERS.items():
+        order = sorted(range(len(groups)), key=lambda g: key(keys[g]))
+        bases, top = _greedy_groups(rects, order)
+        if best is None or top < best[1]:
+            best = (bases, top, f"greedy-{oname}-first-fit")
+        if top <= lb:
+            break
+    bases, top, method = best
+    proven = top <= lb
+    stats = {"greedy_runs": len(_ORDERS), "groups": len(groups)}
+    if exact and not proven:
+        flat = [(size, s, e) for rs in rects for _rel, size, s, e, _u in rs]
+        owner = [(g, rel) for g, rs in enumerate(rects) for rel, *_ in rs]
+        res = _cpsat(flat, top, lb, time_limit, [bases[g] + rel for g, rel in owner], owner=owner)
+        if res is not None:
+            o3, t3, opt = res
+            stats["cpsat"] = {"arena": t3, "optimal": opt}
+            if t3 < top:
+                bases, top, method = o3, t3, "cp-sat"
+            if opt:
+                proven, lb = True, t3
+    offsets = {}
+    for g, members in enumerate(groups):
+        for i, rel in members:
+            offsets[bufs[i].name] = bases[g] + rel
+    stats["seconds"] = round(time.perf_counter() - start_t, 4)
+    return ArenaPlan(offsets, top, lb, method, proven or top <= lb, alignment, stats)
+
+
+def _cpsat(items, upper, lower, time_limit, hint, owner=None):
     """Exact placement with OR-Tools CP-SAT (None if OR-Tools is not installed)."""
     try:
         from ortools.sat.python import cp_model
@@ -225,12 +405,21 @@ def _cpsat(items, upper, lower, time_limit, hint):
     m = cp_model.CpModel()
     xs, ys = [], []
     offs = []
+    base_vars = {}
     for i, (size, s, e) in enumerate(items):
         if size == 0:
             offs.append(None)
             continue
-        o = m.NewIntVar(0, upper - size, f"o{i}")
-        m.AddHint(o, hint[i])
+        if owner is None:
+            o = m.NewIntVar(0, upper - size, f"o{i}")
+            m.AddHint(o, hint[i])
+        else:  # rectangles of rigid groups: one base offset per group
+            g, rel = owner[i]
+            if g not in base_vars:
+                base_vars[g] = m.NewIntVar(0, upper, f"b{g}")
+                m.AddHint(base_vars[g], hint[i] - rel)
+            o = base_vars[g] + rel
+            m.Add(o >= 0)
         offs.append(o)
         xs.append(m.NewFixedSizeIntervalVar(s, e - s + 1, f"t{i}"))
         ys.append(m.NewFixedSizeIntervalVar(o, size, f"m{i}"))
@@ -247,25 +436,47 @@ def _cpsat(items, upper, lower, time_limit, hint):
     status = solver.Solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
+    if owner is not None:
+        res = {g: solver.Value(b) for g, b in base_vars.items()}
+        for g, _rel in owner:
+            res.setdefault(g, 0)
+        return res, solver.Value(top), status == cp_model.OPTIMAL
     res = {i: (solver.Value(offs[i]) if offs[i] is not None else 0) for i in range(len(items))}
     return res, solver.Value(top), status == cp_model.OPTIMAL
 
 
 def buffers_from_schedule(graph, order, *, include_workspace: bool = True,
-                          include_inputs: bool = False, include_outputs: bool = True) -> list[Buffer]:
+                          include_inputs: bool = False, include_outputs: bool = True,
+                          inplace: bool = True) -> list[Buffer]:
     """Buffers of a scheduled graph: each tensor over its lifetime, and (optionally)
-    each op's workspace live only while the op runs (named ``ws:<op>``)."""
-    from .simulate import lifetimes
+    each op's workspace live only while the op runs (named ``ws:<op>``).
+
+    With ``inplace`` (default), an output written over an input that dies at its op
+    (see :class:`~tvm_memsched.core.graph.Graph`) carries the alias, so the plan
+    places it over that input.
+
+    >>> from tvm_memsched.core.graph import Graph, Op
+    >>> g = Graph([("x", 8), ("a", 8), ("y", 8)], [Op("A", ["x"], ["a"]),
+    ...           Op("R", ["a"], ["y"], inplace=[("y", "a", 0)])], ["x"], ["y"])
+    >>> [b.alias for b in buffers_from_schedule(g, ["A", "R"])]
+    [None, ('a', 0)]
+    """
+    from .simulate import inplace_taken, lifetimes
 
     ids = graph.resolve_order(order)
     spans = lifetimes(graph, ids)
+    taken = inplace_taken(graph, ids) if inplace else {}
+    kept = {t for t in range(graph.num_tensors)
+            if not (graph.is_input[t] and not include_inputs) and not (graph.is_output[t] and not include_outputs)}
     out = []
     for t, (s, e) in enumerate(spans):
-        if graph.is_input[t] and not include_inputs:
+        if t not in kept:
             continue
-        if graph.is_output[t] and not include_outputs:
-            continue
-        out.append(Buffer(graph.tensors[t].name, graph.size[t], s, max(s, e)))
+        alias = None
+        if t in taken and taken[t][0] in kept:
+            i, shift = taken[t]
+            alias = (graph.tensors[i].name, -shift)
+        out.append(Buffer(graph.tensors[t].name, graph.size[t], s, max(s, e), alias))
     if include_workspace:
         for i, v in enumerate(ids):
             if graph.workspace[v]:

@@ -7,7 +7,9 @@ certainly resident when ``t`` already exists (it is a graph input, or its
 producer is an ancestor of ``v``) and is still needed (it is pinned, or some
 consumer is ``v`` or a descendant of ``v``). So the stable footprint of ``v`` in
 *every* schedule is at least ``must_live(v) + outputs(v) + workspace(v)``. This
-subsumes the classic ``inputs + outputs + workspace`` bound of each op.
+subsumes the classic ``inputs + outputs + workspace`` bound of each op. With
+in-place declarations every per-op bound subtracts the op's largest possible
+in-place saving (its in-place inputs may all die there).
 
 *End bound.* When the last op runs, every graph output and every unread graph
 input is resident, so the peak is at least their total size (plus, for the
@@ -46,7 +48,7 @@ __all__ = ["lower_bound", "lower_bound_details", "LowerBound", "must_live_bounds
 @dataclass(frozen=True)
 class LowerBound:
     bytes: int
-    op_bound: int          # max over ops of inputs + outputs + workspace
+    op_bound: int          # max over ops of inputs + outputs + workspace - largest in-place saving
     must_live_bound: int   # max over ops of the must-live bound (>= op_bound)
     end_bound: int         # resident at the end of any schedule
     op: str | None         # op attaining the must-live bound
@@ -71,7 +73,8 @@ def _reach_matrix(graph: Graph) -> np.ndarray:
 def must_live_bounds(graph: Graph) -> np.ndarray:
     """Per op, the stable footprint it has in every schedule (int64 array of length n)."""
     n = graph.num_ops
-    bound = np.array([graph.output_bytes[v] + graph.workspace[v] for v in range(n)], dtype=np.int64)
+    bound = np.array([graph.output_bytes[v] + graph.workspace[v] - graph.max_saving[v] for v in range(n)],
+                     dtype=np.int64)
     if n == 0:
         return bound
     anc = _reach_matrix(graph)
@@ -106,7 +109,7 @@ def lower_bound_details(graph: Graph) -> LowerBound:
         total_inputs = sum(size[t] for t in graph.input_ids)
         return LowerBound(total_inputs, 0, 0, total_inputs, None)
     op_bound = max(sum(size[t] for t in graph.op_inputs[v]) + graph.output_bytes[v] + graph.workspace[v]
-                   for v in range(n))
+                   - graph.max_saving[v] for v in range(n))
     ml = must_live_bounds(graph)
     k = int(np.argmax(ml))
     # some sink op runs last: pinned tensors + its workspace + its non-pinned outputs
@@ -196,7 +199,8 @@ def cut_lower_bound(graph: Graph, candidates=None, *, max_candidates: int = 16,
             net[v]["t"]["capacity"] = old_vt
         else:
             net.remove_edge(v, "t")
-        best = max(best, int(value) + constant + graph.output_bytes[v] + graph.workspace[v])
+        best = max(best, int(value) + constant + graph.output_bytes[v] + graph.workspace[v]
+                   - graph.max_saving[v])
     return best
 
 

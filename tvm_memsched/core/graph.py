@@ -17,7 +17,20 @@ Memory semantics (shared by the simulator, every scheduler and every report):
 * after ``v``, every tensor whose last consumer is ``v`` and which is not a graph
   output is freed, and so is an output of ``v`` that nobody reads (the
   *transient* footprint);
-* the peak is the maximum stable footprint over the schedule.
+* the peak is the maximum stable footprint over the schedule;
+* *in-place execution*: an op may declare, per output, one input it may write
+  that output over (``Op.inplace``: ``(output, input, shift)`` triples). When
+  that input dies at the op (the op is its last consumer and it is not pinned),
+  the output is placed ``shift`` bytes *below* the input's start and the two
+  share memory: the op's stable footprint counts ``max(shift + size(input),
+  size(output))`` for the pair instead of ``size(input) + size(output)``, a
+  saving of ``min(size(output) - shift, size(input))`` bytes (at least 0).
+  ``shift = 0`` is *same-index* overlap (output element i is written only after
+  input element i was last read: element-wise ops, views); ``shift > 0`` is a
+  *lagged* overlap whose safe distance the declaring frontend computed from the
+  op's access pattern (a convolution that still reads input rows behind the
+  row it writes). Which inputs die where depends on the order, so in-place
+  execution is a scheduling question too.
 
 Besides the named view, a graph keeps a compact integer view used by the hot
 loops of the schedulers: operators and tensors are numbered by position, sets of
@@ -89,7 +102,13 @@ class Op:
     """An operator: reads ``inputs``, writes ``outputs``, needs ``workspace_bytes`` while running.
 
     ``attrs`` carries free-form information (op kind, shapes, MACs...) that the
-    memory model ignores but exporters and reports may use.
+    memory model ignores but exporters and reports may use. ``inplace`` holds
+    ``(output, input, shift)`` triples: ``output`` may be written over ``input``
+    (starting ``shift`` bytes below it) when ``input`` dies at this op (see the
+    module docstring).
+
+    >>> Op("relu", ["a"], ["b"], inplace=[("b", "a", 0)]).inplace
+    (('b', 'a', 0),)
     """
 
     name: str
@@ -97,10 +116,20 @@ class Op:
     outputs: tuple = ()
     workspace_bytes: int = 0
     attrs: Mapping = field(default_factory=dict, compare=False, hash=False)
+    inplace: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "inplace", tuple(tuple(p) if isinstance(p, (list, tuple)) else p
+                                                  for p in self.inplace))
+
+    def replace(self, **changes) -> "Op":
+        """A copy with some fields changed (keeps ``attrs`` and ``inplace`` unless given)."""
+        fields = dict(name=self.name, inputs=self.inputs, outputs=self.outputs,
+                      workspace_bytes=self.workspace_bytes, attrs=self.attrs, inplace=self.inplace)
+        fields.update(changes)
+        return Op(**fields)
 
 
 def _as_tensor(item) -> Tensor:
@@ -142,7 +171,9 @@ class Graph:
     ``workspace[v]``, ``preds[v]`` / ``succs[v]`` (op ids), ``pred_mask[v]`` (bitset),
     ``consumer_mask[t]`` (bitset), ``pinned[t]`` (never freed: graph outputs and
     unread graph inputs), ``input_ids`` / ``output_ids``, ``topo`` (a topological
-    order of op ids).
+    order of op ids), ``inplace[v]`` (``(output id, input id, shift, saving)`` for
+    each declared pair whose input can die at ``v``), ``max_saving[v]`` (bytes
+    saved at ``v`` when all its in-place inputs die there).
     """
 
     def __init__(self, tensors: Iterable, ops: Iterable[Op], inputs: Iterable[str] = (),
@@ -204,6 +235,7 @@ class Graph:
         consumers: list[list[int]] = [[] for _ in range(nt)]
         op_inputs: list[tuple[int, ...]] = []
         op_outputs: list[tuple[int, ...]] = []
+        inplace_raw: list[tuple] = []
         workspace: list[int] = []
         for v, op in enumerate(self.ops):
             ins: list[int] = []
@@ -226,6 +258,7 @@ class Graph:
                 outs.append(tid)
             op_inputs.append(tuple(ins))
             op_outputs.append(tuple(outs))
+            inplace_raw.append(op.inplace)
             workspace.append(_check_size(op.workspace_bytes, f"workspace of op '{op.name}'"))
 
         for tid in range(nt):
@@ -249,6 +282,7 @@ class Graph:
         self.pinned = [self.is_output[t] or (self.is_input[t] and not consumers[t]) for t in range(nt)]
         self.consumer_mask = [bitset(c) for c in self.consumers]
         self.output_bytes = [sum(sizes[t] for t in outs) for outs in op_outputs]
+        self._build_inplace(inplace_raw)
 
         n = len(self.ops)
         preds: list[list[int]] = [[] for _ in range(n)]
@@ -268,6 +302,50 @@ class Graph:
         self.succs = [tuple(sorted(s)) for s in succs]
         self.pred_mask = [sum(1 << p for p in ps) for ps in self.preds]
         self.topo = self._topological_order()
+
+    def _build_inplace(self, raw: list[tuple]) -> None:
+        """Validate the in-place declarations and build ``inplace`` / ``max_saving``."""
+        self.inplace: list[tuple[tuple[int, int, int, int], ...]] = []
+        self.max_saving: list[int] = []
+        for v, pairs in enumerate(raw):
+            op = self.ops[v]
+            seen_out, seen_in, kept = set(), set(), []
+            for pair in pairs:
+                if not (isinstance(pair, tuple) and len(pair) == 3):
+                    raise GraphError(f"op '{op.name}': in-place declarations are (output, input, shift) "
+                                     f"triples, got {pair!r}")
+                oname, iname, shift = pair
+                o, i = self.tensor_index.get(oname), self.tensor_index.get(iname)
+                if o is None or o not in self.op_outputs[v]:
+                    raise GraphError(f"op '{op.name}' declares in-place output '{oname}', "
+                                     "which is not one of its outputs")
+                if i is None or i not in self.op_inputs[v]:
+                    raise GraphError(f"op '{op.name}' declares output '{oname}' in place of '{iname}', "
+                                     "which is not one of its inputs")
+                shift = _check_size(shift, f"in-place shift of '{oname}' over '{iname}' in op '{op.name}'")
+                if o in seen_out or i in seen_in:
+                    raise GraphError(f"op '{op.name}': each output may take over one input and each "
+                                     f"input may be taken over by one output ('{oname}' / '{iname}')")
+                seen_out.add(o)
+                seen_in.add(i)
+                saving = max(0, min(self.size[o] - shift, self.size[i]))
+                if not self.pinned[i] and saving > 0:
+                    kept.append((o, i, shift, saving))
+            self.inplace.append(tuple(kept))
+            self.max_saving.append(sum(p[3] for p in kept))
+        self.has_inplace = any(self.max_saving)
+
+    def inplace_saving(self, v: int, done: int) -> int:
+        """Bytes saved by in-place execution when ``v`` runs after the ops of bitset ``done``.
+
+        An input dies at ``v`` when no consumer other than ``v`` is outside ``done``.
+        """
+        saved = 0
+        after = done | (1 << v)
+        for _o, i, _shift, saving in self.inplace[v]:
+            if not self.consumer_mask[i] & ~after:
+                saved += saving
+        return saved
 
     def _topological_order(self) -> tuple[int, ...]:
         """Kahn's algorithm by smallest index; raises GraphError naming a cycle."""
@@ -419,7 +497,14 @@ class Graph:
         >>> g.without_workspace().ops[0].workspace_bytes, g.ops[0].workspace_bytes
         (0, 8)
         """
-        ops = [Op(op.name, op.inputs, op.outputs, 0, op.attrs) for op in self.ops]
+        ops = [op.replace(workspace_bytes=0) for op in self.ops]
+        return Graph(self.tensors, ops, self.inputs, self.outputs, self.name)
+
+    def without_inplace(self) -> "Graph":
+        """The same graph with no in-place declarations (every output gets its own memory)."""
+        if not any(op.inplace for op in self.ops):
+            return self
+        ops = [op.replace(inplace=()) for op in self.ops]
         return Graph(self.tensors, ops, self.inputs, self.outputs, self.name)
 
     def subgraph(self, op_ids: Iterable[int], name: str | None = None) -> "Graph":

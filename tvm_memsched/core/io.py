@@ -4,11 +4,13 @@ JSON format (read and written exactly)::
 
     {"name": str,
      "tensors": [{"name": str, "bytes": int}],
-     "ops": [{"name": str, "inputs": [str], "outputs": [str], "workspace_bytes": int}],
+     "ops": [{"name": str, "inputs": [str], "outputs": [str], "workspace_bytes": int,
+              "inplace": [{"output": str, "input": str, "shift": int}]}],
      "inputs": [str],
      "outputs": [str]}
 
-``workspace_bytes`` is optional (default 0). Extra keys on ops (``attrs``) are
+``workspace_bytes`` and ``inplace`` (outputs that may be written over a dying
+input, see :class:`~tvm_memsched.core.graph.Graph`) are optional. Extra keys on ops (``attrs``) are
 kept as free-form attributes.
 
 Example
@@ -35,7 +37,7 @@ __all__ = ["graph_from_dict", "graph_to_dict", "load_graph", "save_graph", "load
            "to_networkx", "from_networkx"]
 
 _GRAPH_KEYS = {"name", "tensors", "ops", "inputs", "outputs"}
-_OP_KEYS = {"name", "inputs", "outputs", "workspace_bytes", "attrs"}
+_OP_KEYS = {"name", "inputs", "outputs", "workspace_bytes", "attrs", "inplace"}
 
 
 def _expect(obj, typ, what):
@@ -72,7 +74,14 @@ def graph_from_dict(data: Mapping[str, Any]) -> Graph:
         ins = _expect(o.get("inputs", []), list, f"inputs of op '{o['name']}'")
         outs = _expect(o.get("outputs", []), list, f"outputs of op '{o['name']}'")
         attrs = _expect(o.get("attrs", {}), dict, f"attrs of op '{o['name']}'")
-        ops.append(Op(o["name"], ins, outs, o.get("workspace_bytes", 0), attrs))
+        inplace = []
+        for j, p in enumerate(_expect(o.get("inplace", []), list, f"inplace of op '{o['name']}'")):
+            _expect(p, dict, f"inplace[{j}] of op '{o['name']}'")
+            if set(p) - {"output", "input", "shift"} or "output" not in p or "input" not in p:
+                raise GraphError(f"inplace[{j}] of op '{o['name']}' must have the keys 'output', 'input' "
+                                 f"and optionally 'shift', got {sorted(p)}")
+            inplace.append((p["output"], p["input"], p.get("shift", 0)))
+        ops.append(Op(o["name"], ins, outs, o.get("workspace_bytes", 0), attrs, inplace=inplace))
     inputs = _expect(data.get("inputs", []), list, "'inputs'")
     outputs = _expect(data.get("outputs", []), list, "'outputs'")
     name = data.get("name", "graph")
@@ -88,6 +97,8 @@ def graph_to_dict(graph: Graph) -> dict:
              "workspace_bytes": op.workspace_bytes}
         if op.attrs:
             d["attrs"] = dict(op.attrs)
+        if op.inplace:
+            d["inplace"] = [{"output": o, "input": i, "shift": s} for o, i, s in op.inplace]
         ops.append(d)
     return {
         "name": graph.name,

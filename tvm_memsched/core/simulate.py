@@ -20,7 +20,8 @@ from typing import Sequence
 
 from .graph import Graph
 
-__all__ = ["SimulationResult", "simulate", "peak_bytes", "peak_of_ids", "footprints", "lifetimes"]
+__all__ = ["SimulationResult", "simulate", "peak_bytes", "peak_of_ids", "footprints", "lifetimes",
+           "inplace_taken"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,23 @@ def lifetimes(graph: Graph, ids: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
+def inplace_taken(graph: Graph, ids: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """The in-place overlaps an order realises: ``{output id: (input id, shift)}``.
+
+    An output takes over its declared input when that input dies at the op
+    (the op is its last consumer in ``ids`` and the input is not pinned).
+    """
+    remaining = [len(c) for c in graph.consumers]
+    taken = {}
+    for v in ids:
+        for o, i, shift, _saving in graph.inplace[v]:
+            if remaining[i] == 1:
+                taken[o] = (i, shift)
+        for t in graph.op_inputs[v]:
+            remaining[t] -= 1
+    return taken
+
+
 def footprints(graph: Graph, ids: Sequence[int]) -> tuple[list[int], list[int]]:
     """Stable and transient footprints of a validated order of op ids."""
     size, pinned = graph.size, graph.pinned
@@ -92,9 +110,14 @@ def footprints(graph: Graph, ids: Sequence[int]) -> tuple[list[int], list[int]]:
     live = sum(size[t] for t in graph.input_ids)
     stable: list[int] = []
     transient = [live]
+    inplace = graph.inplace
     for v in ids:
         out = graph.output_bytes[v]
-        stable.append(live + out + graph.workspace[v])
+        saved = 0
+        for _o, i, _shift, saving in inplace[v]:
+            if remaining[i] == 1:  # v is the input's last consumer: the output takes it over
+                saved += saving
+        stable.append(live + out + graph.workspace[v] - saved)
         freed = 0
         for t in graph.op_inputs[v]:
             remaining[t] -= 1

@@ -21,6 +21,11 @@ out(v(i)) + workspace(v(i))`` the chain's share of the stable footprint of ``v(i
   before ``vn`` gives every op in between a smaller chain share and runs the moved
   ops below the stable footprint ``vn`` already had.
 
+In-place declarations: an op inside a chain reads only tensors that die there,
+so its in-place saving is fixed and is subtracted from ``p(i)``; ``v1`` may read
+tensors other ops read too, so its share subtracts its *largest* possible saving
+(a smaller reference keeps both conditions sufficient).
+
 Applying one exchange never breaks the contiguity of another segment, so all
 segments can be fused at once.
 
@@ -103,10 +108,11 @@ def fusable(graph: Graph, seg: list[int]) -> bool:
     out = [graph.output_bytes[v] for v in seg]
     a = [out[i] for i in range(n - 1)] + [_kept(graph, seg[-1])]  # a(i), 0-based
     p = [0] * n
+    save = graph.max_saving
     for i in range(1, n):
-        p[i] = a[i - 1] + out[i] + ws[seg[i]]
+        p[i] = a[i - 1] + out[i] + ws[seg[i]] - save[seg[i]]
     excl, all_excl = _exclusive_inputs(graph, seg[0])
-    first = excl + out[0] + ws[seg[0]]
+    first = excl + out[0] + ws[seg[0]] - save[seg[0]]
     inner_min = min(a[: n - 1])
     if a[-1] <= inner_min and all(p[i] <= first for i in range(1, n)):
         return True
@@ -125,14 +131,14 @@ def chain_segments(graph: Graph, ops: int | None = None, *, push_back: bool = Tr
     Conditions 1 and 2) is used. The conditions of :func:`fusable` are tracked
     incrementally, so this is linear in the chain length times the segment length.
     """
-    ws, outb = graph.workspace, graph.output_bytes
+    ws, outb, save = graph.workspace, graph.output_bytes, graph.max_saving
     segments: list[tuple[int, ...]] = []
     for chain in chains(graph, ops):
         s, n = 0, len(chain)
         while s < n:
             v1 = chain[s]
             excl, all_excl = _exclusive_inputs(graph, v1)
-            first = excl + outb[v1] + ws[v1]
+            first = excl + outb[v1] + ws[v1] - save[v1]
             best = s + 1
             min_inner = None      # min a(i) over the segment's inner ops
             max_p_tail = 0        # max p(i), i >= 2 (for pull forward)
@@ -142,7 +148,7 @@ def chain_segments(graph: Graph, ops: int | None = None, *, push_back: bool = Tr
                 prev, cur = chain[e - 1], chain[e]
                 a_prev = outb[prev]
                 min_inner = a_prev if min_inner is None else min(min_inner, a_prev)
-                p_cur = a_prev + outb[cur] + ws[cur]
+                p_cur = a_prev + outb[cur] + ws[cur] - save[cur]
                 pull_ok = pull_ok and p_cur <= first and max(max_p_tail, p_cur) <= first
                 push_ok = push_ok and excl <= min_inner
                 if not pull_ok and not push_ok:

@@ -130,7 +130,7 @@ def _atom_data(graph: Graph, ops: tuple[int, ...], done_before: int, later: int)
     high = 0
     for v in ops:
         out = graph.output_bytes[v]
-        high = max(high, live + out + graph.workspace[v])
+        high = max(high, live + out + graph.workspace[v] - graph.inplace_saving(v, done))
         done |= 1 << v
         freed = 0
         for t in graph.op_inputs[v]:
@@ -267,10 +267,28 @@ def solve_ilp(graph: Graph, atoms: list[tuple[int, ...]], *, start: int = 0, hin
     lo = max(0, constant)
     total = constant + sum(size[t] for t in tracked) + sum(max(0, a.es) for a in data)
     mem = m.NewIntVar(lo, total if ub is None else min(total, ub), "mem")
+    step_terms = {}
     for j in range(1, n + 1):
         terms = [size[t] * T[t][j] for t in tracked if j in T[t] and size[t]]
         terms += [data[i].es * O[i][j] for i in range(n) if j in O[i] and data[i].es]
-        m.Add(sum(terms) + constant <= mem)                              # (6)
+        step_terms[j] = terms
+    for i in range(n):  # in-place: a single-op atom saves when its in-place input dies at its step
+        if len(data[i].ops) != 1:
+            continue
+        for _o, inp, _shift, saving in graph.inplace[data[i].ops[0]]:
+            if inp not in T:
+                continue  # resident throughout the part: it cannot die here
+            for j, var in O[i].items():
+                nxt = T[inp].get(j + 1)
+                if nxt is None:
+                    saved = var
+                else:
+                    saved = m.NewBoolVar(f"Z{i}_{inp}_{j}")
+                    m.Add(saved <= var)
+                    m.Add(saved + nxt <= 1)
+                step_terms[j].append(-saving * saved)
+    for j in range(1, n + 1):
+        m.Add(sum(step_terms[j]) + constant <= mem)                      # (6)
     m.Minimize(mem)
     if hint is not None:
         _add_hint(m, graph, hint, owner, O, T, tracked, data, start)

@@ -12,6 +12,8 @@ lower than the whole graph's optimum:
   of ``U`` (it is then live throughout ``U``);
 * any other tensor from outside read by an op of ``U`` is only known to be live
   while that op runs: it is added to the op's workspace;
+* an in-place pair whose input became workspace lowers that workspace by the
+  pair's saving (the input may die there); other pairs are kept;
 * tensors neither produced nor read in ``U`` but produced by a common ancestor
   and read by a common descendant of ``U`` (or pinned) are live throughout ``U``:
   a constant.
@@ -79,11 +81,18 @@ def relaxed_subproblem(graph: Graph, ops: list[int], anc: list[int] | None = Non
         elif before_all and after_all and size[t]:
             constant += size[t]
     new_ops = []
+    name = graph.tensors
     for v in ops:
         ins = [t for t in graph.op_inputs[v] if t in tensors]
-        new_ops.append(Op(graph.ops[v].name, [graph.tensors[t].name for t in ins],
-                          [graph.tensors[t].name for t in graph.op_outputs[v]],
-                          graph.workspace[v] + extra_ws[v]))
+        inplace = []
+        for o, i, shift, saving in graph.inplace[v]:
+            if i in tensors:
+                inplace.append((name[o].name, name[i].name, shift))
+            else:  # modelled as workspace of v: it may still die at v and be taken over
+                extra_ws[v] -= saving
+        new_ops.append(Op(graph.ops[v].name, [name[t].name for t in ins],
+                          [name[t].name for t in graph.op_outputs[v]],
+                          graph.workspace[v] + extra_ws[v], inplace=inplace))
     tlist = [(graph.tensors[t].name, s) for t, s in tensors.items()]
     in_names = [graph.tensors[t].name for t in inputs]
     if constant:

@@ -111,6 +111,9 @@ class Problem:
                            for t in graph.op_inputs[v]) for v in range(n)]
         self._dead_out = [sum(graph.size[t] for t in graph.op_outputs[v]
                               if not graph.consumers[t] and not graph.pinned[t]) for v in range(n)]
+        # in-place pairs: (consumer mask of the input, bytes saved when it dies at v)
+        self._inpl = [tuple((graph.consumer_mask[i], saving) for _o, i, _s, saving in graph.inplace[v])
+                      for v in range(n)]
 
     def _check_acyclic(self) -> None:
         """Macros must form a DAG, or no schedule runs them all back to back."""
@@ -140,13 +143,16 @@ class Problem:
         Returns ``(new_done, new_live, highest stable footprint during the macro)``.
         """
         high = 0
-        outb, ws, ins, dead = self._outb, self._ws, self._ins, self._dead_out
+        outb, ws, ins, dead, inpl = self._outb, self._ws, self._ins, self._dead_out, self._inpl
         for v in self.macros[i]:
             out = outb[v]
+            done |= 1 << v
             stable = live + out + ws[v]
+            for cmask, saving in inpl[v]:
+                if not cmask & ~done:
+                    stable -= saving
             if stable > high:
                 high = stable
-            done |= 1 << v
             freed = dead[v]
             for _t, size, cmask, pinned in ins[v]:
                 if not pinned and not (cmask & ~done):
@@ -157,11 +163,15 @@ class Problem:
     def evaluate(self, order: list[int]) -> int:
         """Peak over this problem's ops when they run in ``order`` (op ids) after ``start``."""
         done, live, high = self.start, self.t0, 0
-        outb, ws, ins, dead = self._outb, self._ws, self._ins, self._dead_out
+        outb, ws, ins, dead, inpl = self._outb, self._ws, self._ins, self._dead_out, self._inpl
         for v in order:
             out = outb[v]
-            high = max(high, live + out + ws[v])
             done |= 1 << v
+            stable = live + out + ws[v]
+            for cmask, saving in inpl[v]:
+                if not cmask & ~done:
+                    stable -= saving
+            high = max(high, stable)
             freed = dead[v]
             for _t, size, cmask, pinned in ins[v]:
                 if not pinned and not (cmask & ~done):
