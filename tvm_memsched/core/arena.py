@@ -22,13 +22,13 @@ Finding the smallest arena is NP-hard (dynamic storage allocation), so
 
 A plan that meets the live peak is optimal and the search stops early.
 
-*In-place aliases.* A buffer may name another one it takes over
-(``Buffer.alias = (parent, rel)``): it is placed at ``offset(parent) + rel``
-(``rel <= 0``, rounded down to the alignment, which only moves it further below
-the parent) and may overlap the parent during the one step they share, the step
-where the parent dies and the child is born. Aliased buffers are placed as one
-rigid group whose footprint at each step is the hull of its members live then;
-:func:`check_plan` accepts exactly those overlaps.
+*In-place aliases.* A buffer may name another one it may take over
+(``Buffer.alias = (parent, rel)``): placed at ``offset(parent) + rel`` or lower
+(``rel <= 0``, rounded down to the alignment), it may overlap the parent during
+the one step they share, the step where the parent dies and the child is born.
+Taking an alias is optional: the greedy placements try the aliased position
+first, and CP-SAT decides per pair. The live peak counts each pair at its shared
+step as the hull of the two; :func:`check_plan` accepts exactly these overlaps.
 
 Example
 -------
@@ -66,90 +66,6 @@ class Buffer:
     alias: tuple | None = None
 
 
-def _groups(bufs: list[Buffer], alignment: int) -> list[list[tuple[int, int]]]:
-    """Alias groups: lists of ``(buffer index, offset relative to the group's base)``, bases >= 0.
-
-    Raises MemschedError on an alias to an unknown buffer, a cycle, a positive
-    ``rel``, a buffer taken over twice, or a child not born when its parent dies.
-    """
-    index = {b.name: i for i, b in enumerate(bufs)}
-    parent: dict[int, tuple[int, int]] = {}
-    taken: set[int] = set()
-    for i, b in enumerate(bufs):
-        if b.alias is None:
-            continue
-        pname, rel = b.alias
-        j = index.get(pname)
-        if j is None:
-            raise MemschedError(f"buffer {b.name} aliases unknown buffer {pname}")
-        if rel > 0:
-            raise MemschedError(f"buffer {b.name}: in-place offset {rel} above its parent {pname}")
-        if j in taken:
-            raise MemschedError(f"buffer {pname} is taken over by two buffers")
-        if bufs[j].end != b.start:
-            raise MemschedError(f"buffer {b.name} takes over {pname}, which does not die at step {b.start}")
-        taken.add(j)
-        parent[i] = (j, (rel // alignment) * alignment)
-    rel_of: dict[int, tuple[int, int]] = {}
-
-    def root(i, depth=0):
-        if i in rel_of:
-            return rel_of[i]
-        if depth > len(bufs):
-            raise MemschedError(f"buffer aliases form a cycle through {bufs[i].name}")
-        if i not in parent:
-            rel_of[i] = (i, 0)
-        else:
-            j, rel = parent[i]
-            r, base = root(j, depth + 1)
-            rel_of[i] = (r, base + rel)
-        return rel_of[i]
-
-    members: dict[int, list[tuple[int, int]]] = {}
-    for i in range(len(bufs)):
-        r, rel = root(i)
-        members.setdefault(r, []).append((i, rel))
-    out = []
-    for r in sorted(members):
-        ms = members[r]
-        low = min(rel for _, rel in ms)
-        out.append([(i, rel - low) for i, rel in ms])
-    return out
-
-
-def _group_rects(group, items) -> list[tuple[int, int, int, int, int]]:
-    """Rigid rectangles ``(rel, size, start, end, union)`` of a group, disjoint in time.
-
-    In each time slice the rectangle is the hull of the members live then;
-    ``union`` is the bytes those members really cover (for the lower bound).
-    """
-    if len(group) == 1:
-        i, rel = group[0]
-        size, s, e = items[i]
-        return [(rel, size, s, e, size)]
-    cuts = sorted({items[i][1] for i, _ in group} | {items[i][2] + 1 for i, _ in group})
-    rects: list[list[int]] = []
-    for a, b in zip(cuts, cuts[1:]):
-        live = [(rel, rel + items[i][0]) for i, rel in group if items[i][1] <= a <= items[i][2] and items[i][0]]
-        if not live:
-            continue
-        lo, hi = min(x for x, _ in live), max(y for _, y in live)
-        union, cur = 0, None
-        for x, y in sorted(live):
-            if cur is None or x > cur[1]:
-                union += 0 if cur is None else cur[1] - cur[0]
-                cur = [x, y]
-            else:
-                cur[1] = max(cur[1], y)
-        union += cur[1] - cur[0]
-        if rects and rects[-1][0] == lo and rects[-1][1] == hi - lo and rects[-1][3] == a - 1 \
-                and rects[-1][4] == union:
-            rects[-1][3] = b - 1
-        else:
-            rects.append([lo, hi - lo, a, b - 1, union])
-    return [tuple(r) for r in rects]
-
-
 @dataclass
 class ArenaPlan:
     """Offsets of every buffer, the arena size, and what is known about its quality."""
@@ -171,18 +87,54 @@ def _align(n: int, a: int) -> int:
     return -(-n // a) * a
 
 
+def _pairs(bufs: list[Buffer], alignment: int) -> list[tuple[int, int, int]]:
+    """Declared in-place pairs ``(parent index, child index, rel)``, ``rel`` rounded down to the alignment.
+
+    Raises MemschedError on an alias to an unknown buffer, a positive ``rel``, a
+    buffer taken over twice, or a child not born at the step its parent dies.
+    """
+    index = {b.name: i for i, b in enumerate(bufs)}
+    out, taken = [], set()
+    for c, b in enumerate(bufs):
+        if b.alias is None:
+            continue
+        pname, rel = b.alias
+        p = index.get(pname)
+        if p is None:
+            raise MemschedError(f"buffer {b.name} aliases unknown buffer {pname}")
+        if rel > 0:
+            raise MemschedError(f"buffer {b.name}: in-place offset {rel} above its parent {pname}")
+        if p in taken:
+            raise MemschedError(f"buffer {pname} is taken over by two buffers")
+        if bufs[p].end != b.start or p == c:
+            raise MemschedError(f"buffer {b.name} takes over {pname}, which does not die at step {b.start}")
+        taken.add(p)
+        if bufs[p].size and b.size:
+            out.append((p, c, (rel // alignment) * alignment))
+    return out
+
+
+def _hull(items, p: int, c: int, rel: int) -> int:
+    """Bytes a parent and its child cover together when the child sits ``rel`` bytes off the parent."""
+    return max(items[p][0] - rel, items[c][0])
+
+
 def live_peak(buffers: Iterable[Buffer], alignment: int = 1) -> int:
     """Largest total (aligned) size of buffers live at one step: a lower bound on any arena.
 
-    Buffers of an in-place group count the bytes the group covers at each step.
+    An in-place pair counts the hull of the two at the step they share.
     """
     bufs = list(buffers)
     items = [(_align(b.size, alignment), b.start, b.end) for b in bufs]
     events: dict[int, int] = {}
-    for group in _groups(bufs, alignment):
-        for _rel, _size, start, end, union in _group_rects(group, items):
-            events[start] = events.get(start, 0) + union
-            events[end + 1] = events.get(end + 1, 0) - union
+    for size, start, end in items:
+        events[start] = events.get(start, 0) + size
+        events[end + 1] = events.get(end + 1, 0) - size
+    for p, c, rel in _pairs(bufs, alignment):
+        j = items[c][1]
+        saved = items[p][0] + items[c][0] - _hull(items, p, c, rel)
+        events[j] = events.get(j, 0) - saved
+        events[j + 1] = events.get(j + 1, 0) + saved
     peak = cur = 0
     for t in sorted(events):
         cur += events[t]
@@ -228,29 +180,49 @@ def _declared_overlap(a: Buffer, oa: int, b: Buffer, ob: int, declared: dict) ->
     return False
 
 
-def _greedy_groups(rects: list[list[tuple]], order: list[int]) -> tuple[dict[int, int], int]:
-    """First-fit placement of rigid rectangle groups; returns (base offset per group, arena size)."""
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end_offset, start, end)
-    bases: dict[int, int] = {}
+def _greedy_alias(items: list[tuple], pairs: list[tuple], order: list[int],
+                  reserve: bool = False) -> tuple[dict[int, int], int]:
+    """First-fit placement that puts a buffer over its in-place partner whenever that position is free.
+
+    ``reserve``: a parent placed before its child leaves room below it for the child's shift.
+    """
+    room = {p: (c, -rel) for p, c, rel in pairs} if reserve else {}
+    partner: dict[int, list[tuple[int, int]]] = {}     # i -> [(other, offset of i minus offset of other)]
+    for p, c, rel in pairs:
+        partner.setdefault(c, []).append((p, rel))
+        partner.setdefault(p, []).append((c, -rel))
+    placed: list[tuple[int, int, int, int, int]] = []  # (offset, end_offset, start, end, index)
+    offsets: dict[int, int] = {}
     top = 0
-    for g in order:
-        rs = [r for r in rects[g] if r[1]]
-        if not rs:
-            bases[g] = 0
+    for i in order:
+        size, s, e = items[i]
+        if size == 0:
+            offsets[i] = 0
             continue
-        busy = [[(o, oe) for o, oe, ps, pe in placed if ps <= e and s <= pe] for _rel, _size, s, e, _u in rs]
-        cands = {0}
-        for (rel, _size, _s, _e, _u), bz in zip(rs, busy):
-            cands.update(oe - rel for _o, oe in bz if oe - rel >= 0)
-        for base in sorted(cands):
-            if all(not any(o < base + rel + size and base + rel < oe for o, oe in bz)
-                   for (rel, size, _s, _e, _u), bz in zip(rs, busy)):
-                break
-        bases[g] = base
-        for rel, size, s, e, _u in rs:
-            placed.append((base + rel, base + rel + size, s, e))
-            top = max(top, base + rel + size)
-    return bases, top
+        busy = [(o, oe, j) for o, oe, ps, pe, j in placed if ps <= e and s <= pe]
+        mine = dict(partner.get(i, ()))
+        best = None
+        for j, d in sorted(mine.items()):
+            if j not in offsets or offsets[j] + d < 0:
+                continue
+            x = offsets[j] + d
+            if all(oe <= x or x + size <= o or (q in mine and x == offsets[q] + mine[q]) for o, oe, q in busy):
+                best = x if best is None else min(best, x)
+        if best is None:
+            cur = 0
+            if i in room and room[i][0] not in offsets:
+                cur = room[i][1]
+            for o, oe, _q in sorted(busy):
+                if oe <= cur:
+                    continue
+                if o - cur >= size:
+                    break
+                cur = max(cur, oe)
+            best = cur
+        offsets[i] = best
+        placed.append((best, best + size, s, e, i))
+        top = max(top, best + size)
+    return offsets, top
 
 
 def _greedy(items: list[tuple], order: list[int], best_fit: bool) -> tuple[dict[int, int], int]:
@@ -313,8 +285,9 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
     start_t = time.perf_counter()
     items = [(_align(b.size, alignment), b.start, b.end) for b in bufs]
     lb = live_peak(bufs, alignment)
-    if any(b.alias is not None for b in bufs):
-        return _plan_groups(bufs, items, lb, alignment, exact, time_limit, start_t)
+    pairs = _pairs(bufs, alignment)
+    if pairs:
+        return _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t)
     best = None
     tried = 0
     for oname, key in _ORDERS.items():
@@ -360,44 +333,44 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
                      alignment, stats)
 
 
-def _plan_groups(bufs, items, lb, alignment, exact, time_limit, start_t) -> ArenaPlan:
-    """:func:`plan_arena` for buffers with in-place aliases: rigid groups, first fit, optional CP-SAT."""
-    groups = _groups(bufs, alignment)
-    rects = [_group_rects(g, items) for g in groups]
-    keys = [(max((r[1] for r in rs), default=0), min((r[2] for r in rs), default=0),
-             max((r[3] for r in rs), default=0)) for rs in rects]
+def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -> ArenaPlan:
+    """:func:`plan_arena` for buffers with in-place aliases: alias-first greedy, optional CP-SAT."""
     best = None
     for oname, key in _ORDERS.items():
-        order = sorted(range(len(groups)), key=lambda g: key(keys[g]))
-        bases, top = _greedy_groups(rects, order)
-        if best is None or top < best[1]:
-            best = (bases, top, f"greedy-{oname}-first-fit")
-        if top <= lb:
+        order = sorted(range(len(items)), key=lambda i: key(items[i]))
+        for reserve in (False, True):
+            offs, top = _greedy_alias(items, pairs, order, reserve)
+            if best is None or top < best[1]:
+                best = (offs, top, f"greedy-{oname}-alias-first-fit{'-reserve' if reserve else ''}")
+            if top <= lb:
+                break
+        if best[1] <= lb:
             break
-    bases, top, method = best
+    offs, top, method = best
     proven = top <= lb
-    stats = {"greedy_runs": len(_ORDERS), "groups": len(groups)}
+    stats = {"greedy_runs": len(_ORDERS), "aliases": len(pairs),
+             "aliases_taken": sum(1 for p, c, rel in pairs if offs[c] - offs[p] == rel)}
     if exact and not proven:
-        flat = [(size, s, e) for rs in rects for _rel, size, s, e, _u in rs]
-        owner = [(g, rel) for g, rs in enumerate(rects) for rel, *_ in rs]
-        res = _cpsat(flat, top, lb, time_limit, [bases[g] + rel for g, rel in owner], owner=owner)
+        res = _cpsat(items, top, lb, time_limit, offs, pairs=pairs)
         if res is not None:
             o3, t3, opt = res
             stats["cpsat"] = {"arena": t3, "optimal": opt}
             if t3 < top:
-                bases, top, method = o3, t3, "cp-sat"
+                offs, top, method = o3, t3, "cp-sat"
             if opt:
                 proven, lb = True, t3
-    offsets = {}
-    for g, members in enumerate(groups):
-        for i, rel in members:
-            offsets[bufs[i].name] = bases[g] + rel
     stats["seconds"] = round(time.perf_counter() - start_t, 4)
-    return ArenaPlan(offsets, top, lb, method, proven or top <= lb, alignment, stats)
+    return ArenaPlan({bufs[i].name: offs[i] for i in range(len(bufs))}, top, lb, method, proven or top <= lb,
+                     alignment, stats)
 
 
-def _cpsat(items, upper, lower, time_limit, hint, owner=None):
-    """Exact placement with OR-Tools CP-SAT (None if OR-Tools is not installed)."""
+def _cpsat(items, upper, lower, time_limit, hint, pairs=()):
+    """Exact placement with OR-Tools CP-SAT (None if OR-Tools is not installed).
+
+    In-place ``pairs`` ``(parent, child, rel)``: a literal per pair says whether
+    the child sits at ``offset(parent) + rel``; the step they share is then one
+    hull box instead of two separate boxes.
+    """
     try:
         from ortools.sat.python import cp_model
     except ImportError:
@@ -405,24 +378,36 @@ def _cpsat(items, upper, lower, time_limit, hint, owner=None):
     m = cp_model.CpModel()
     xs, ys = [], []
     offs = []
-    base_vars = {}
     for i, (size, s, e) in enumerate(items):
         if size == 0:
             offs.append(None)
             continue
-        if owner is None:
-            o = m.NewIntVar(0, upper - size, f"o{i}")
-            m.AddHint(o, hint[i])
-        else:  # rectangles of rigid groups: one base offset per group
-            g, rel = owner[i]
-            if g not in base_vars:
-                base_vars[g] = m.NewIntVar(0, upper, f"b{g}")
-                m.AddHint(base_vars[g], hint[i] - rel)
-            o = base_vars[g] + rel
-            m.Add(o >= 0)
+        o = m.NewIntVar(0, upper - size, f"o{i}")
+        m.AddHint(o, hint[i])
         offs.append(o)
-        xs.append(m.NewFixedSizeIntervalVar(s, e - s + 1, f"t{i}"))
-        ys.append(m.NewFixedSizeIntervalVar(o, size, f"m{i}"))
+    born = {c: k for k, (_p, c, _r) in enumerate(pairs)}
+    dies = {p: k for k, (p, _c, _r) in enumerate(pairs)}
+    lits = []
+    for k, (p, c, rel) in enumerate(pairs):
+        a = m.NewBoolVar(f"a{k}")
+        m.Add(offs[c] == offs[p] + rel).OnlyEnforceIf(a)
+        m.AddHint(a, hint[c] - hint[p] == rel)
+        lits.append(a)
+        j = items[c][1]
+        xs.append(m.NewFixedSizeIntervalVar(j, 1, f"hx{k}"))
+        ys.append(m.NewOptionalFixedSizeIntervalVar(offs[c], _hull(items, p, c, rel), a, f"hy{k}"))
+    for i, (size, s, e) in enumerate(items):
+        if size == 0:
+            continue
+        lo = s + (1 if i in born else 0)
+        hi = e - (1 if i in dies else 0)
+        if lo <= hi:
+            xs.append(m.NewFixedSizeIntervalVar(lo, hi - lo + 1, f"t{i}"))
+            ys.append(m.NewFixedSizeIntervalVar(offs[i], size, f"m{i}"))
+        for k, step in ((born.get(i), s), (dies.get(i), e)):
+            if k is not None:   # the shared step without the alias: its own box
+                xs.append(m.NewFixedSizeIntervalVar(step, 1, f"j{i}_{k}"))
+                ys.append(m.NewOptionalFixedSizeIntervalVar(offs[i], size, lits[k].Not(), f"jy{i}_{k}"))
     top = m.NewIntVar(lower, upper, "top")
     for i, (size, _, _) in enumerate(items):
         if size:
@@ -436,11 +421,6 @@ def _cpsat(items, upper, lower, time_limit, hint, owner=None):
     status = solver.Solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    if owner is not None:
-        res = {g: solver.Value(b) for g, b in base_vars.items()}
-        for g, _rel in owner:
-            res.setdefault(g, 0)
-        return res, solver.Value(top), status == cp_model.OPTIMAL
     res = {i: (solver.Value(offs[i]) if offs[i] is not None else 0) for i in range(len(items))}
     return res, solver.Value(top), status == cp_model.OPTIMAL
 

@@ -49,9 +49,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.arena import Buffer, check_plan, live_peak, plan_arena
+from ..core.arena import Buffer, buffers_from_schedule, check_plan, live_peak, plan_arena
 from ..core.errors import UnsupportedError
-from ..core.simulate import lifetimes
 from . import builder
 from .reader import TFLiteGraph
 from .reorder import OFFLINE_PLAN_NAME
@@ -93,13 +92,19 @@ class OfflinePlan:
                 "planned_tensors": sum(1 for o in self.offsets if o >= 0)}
 
 
-def plan_buffers(tg: TFLiteGraph, order: Sequence) -> list[Buffer]:
+def plan_buffers(tg: TFLiteGraph, order: Sequence, graph=None) -> list[Buffer]:
     """The buffers TFLM allocates for subgraph 0 in ``order``: every non-empty activation over its
-    lifetime (graph inputs from step 0, graph outputs to the end), named like the graph tensors."""
-    g = tg.graph
-    ids = g.resolve_order(order)
-    spans = lifetimes(g, ids)
-    return [Buffer(g.tensors[t].name, g.size[t], s, max(s, e)) for t, (s, e) in enumerate(spans) if g.size[t] > 0]
+    lifetime (graph inputs from step 0, graph outputs to the end), named like the graph tensors.
+
+    ``graph``: ``tg.graph`` with in-place declarations (:mod:`.inplace`); outputs that take over a
+    dying input in ``order`` then carry the alias.
+    """
+    g = tg.graph if graph is None else graph
+    bufs = [b for b in buffers_from_schedule(g, order, include_workspace=False, include_inputs=True,
+                                             inplace=graph is not None) if b.size > 0]
+    kept = {b.name for b in bufs}
+    return [b if b.alias is None or b.alias[0] in kept else Buffer(b.name, b.size, b.start, b.end)
+            for b in bufs]
 
 
 #: Orders among equally sized buffers that :func:`tflm_tensor_order` can impose on TFLM's greedy planner
@@ -198,7 +203,8 @@ def _cpsat_place(bufs: list, hint: dict, upper: int, lower: int, det_time: float
     return ({n: solver.Value(o) * a for n, o in offs.items()}, solver.Value(top) * a, status == cp_model.OPTIMAL)
 
 
-def plan_offline(tg: TFLiteGraph, order: Sequence, *, exact: bool = True, time_limit: float = 2.0) -> OfflinePlan:
+def plan_offline(tg: TFLiteGraph, order: Sequence, *, exact: bool = True, time_limit: float = 2.0,
+                 graph=None) -> OfflinePlan:
     """An offline plan for ``tg`` executed in ``order`` (a schedule of ``tg.graph``).
 
     The smaller of :func:`~tvm_memsched.core.arena.plan_arena`'s greedy
@@ -207,9 +213,15 @@ def plan_offline(tg: TFLiteGraph, order: Sequence, *, exact: bool = True, time_l
     ``time_limit`` *deterministic* seconds (CP-SAT's reproducible work
     measure, a few wall-clock seconds at most), so the same input always gives
     the same plan.
+
+    ``graph`` (``tg.graph`` with in-place declarations, :func:`.inplace.with_inplace`): outputs
+    are placed over the inputs they take over in ``order``; the plan is then found by
+    :func:`~tvm_memsched.core.arena.plan_arena` with its own CP-SAT stage (aliased buffers move as
+    rigid groups), and TFLM's replica stays a candidate (it aliases nothing, which is always valid).
     """
-    bufs = plan_buffers(tg, order)
-    ours = plan_arena(bufs, alignment=TFLM_ALIGNMENT, exact=False)
+    bufs = plan_buffers(tg, order, graph)
+    aliased = any(b.alias is not None for b in bufs)
+    ours = plan_arena(bufs, alignment=TFLM_ALIGNMENT, exact=exact and aliased, time_limit=time_limit)
     by_name, size, method = dict(ours.offsets), ours.size, ours.method
     t_head = None
     for tie in [None, *TIE_ORDERS]:
@@ -220,7 +232,7 @@ def plan_offline(tg: TFLiteGraph, order: Sequence, *, exact: bool = True, time_l
             by_name, size, method = t_offs, head, f"tflm-greedy-replica{'' if tie is None else '-' + tie}"
     lower = max(live_peak(bufs, TFLM_ALIGNMENT), ours.lower_bound)
     proven = size <= lower
-    if exact and not proven and bufs:
+    if exact and not proven and bufs and not aliased:
         try:
             res = _cpsat_place(bufs, by_name, size, lower, time_limit)
         except ImportError:  # pragma: no cover - OR-Tools is optional here

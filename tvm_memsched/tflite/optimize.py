@@ -51,6 +51,7 @@ from ..core.simulate import peak_of_ids
 from . import builder
 from .offline_plan import (TIE_ORDERS, OfflinePlan, attach_offline_plan, check_plannable, plan_offline,
                            plannable, tflm_greedy_plan, tflm_tensor_order)
+from .inplace import with_inplace
 from .reader import TFLiteGraph, load_model, read_tflite
 from .reorder import reorder_tflite
 
@@ -138,11 +139,16 @@ class TFLiteExport:
 
 def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = None, offline_plan: bool = False,
                     plan_exact: bool = True, plan_time_limit: float = 2.0, measure: bool = False,
-                    verify: bool = False, trials: int = 2, seed: int = 0, progress=None) -> TFLiteExport:
+                    verify: bool = False, trials: int = 2, seed: int = 0, progress=None,
+                    inplace: str = "elementwise") -> TFLiteExport:
     """Reorder a ``.tflite`` (path or bytes) for less activation memory (see the module docstring).
 
     ``offline_plan`` asks for OUT + plan as the output (it is also computed,
     for the report, when ``measure`` is set and the model allows a plan).
+    ``inplace`` (:data:`.inplace.MODES`): which outputs the plan may place over
+    a dying input (:mod:`.inplace`); the order for the plan is then scheduled
+    with those declarations, and the plan without them is reported as
+    ``predicted["out_plan_no_inplace"]``.
     """
     from ..schedulers import schedule
 
@@ -182,9 +188,24 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
     plan_name = None
     if offline_plan:
         check_plannable(tg.model)
+    plain_plan = None
+    plan_graph = g
     if offline_plan or (measure and plannable(tg.model)):
         plans = {name: plan_offline(tg, o, exact=plan_exact, time_limit=plan_time_limit) for name, o in cands}
         plan_name, plan_order = min(cands, key=lambda c: plans[c[0]].arena_bytes)
+        plain_plan = plans[plan_name]
+        gi = with_inplace(tg, inplace)
+        if gi is not g:
+            res_i = schedule(gi, method, time_limit=time_limit, progress=progress)
+            icands = [("schedule-inplace", list(res_i.order_ids))] + cands
+            iplans = {name: plan_offline(tg, o, exact=plan_exact, time_limit=plan_time_limit, graph=gi)
+                      for name, o in icands}
+            iname, iorder = min(icands, key=lambda c: iplans[c[0]].arena_bytes)
+            if iplans[iname].arena_bytes < plain_plan.arena_bytes:
+                plans[iname] = iplans[iname]
+                plan_name, plan_order, plan_graph = iname, iorder, gi
+                say(f"in-place ({inplace}): {sum(1 for op in gi.ops if op.inplace)} op(s) may write over a dying "
+                    f"input; plan {plain_plan.arena_bytes} -> {iplans[iname].arena_bytes} bytes")
         plan = plans[plan_name]
         m = load_model(reorder_tflite(tg, plan_order))
         out_plan = builder.serialize(attach_offline_plan(m, plan), offset_buffers=tg.offset_buffers)
@@ -246,8 +267,9 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
     predicted = {"in": in_head, "out": out_head}
     if plan is not None:
         orders["out_plan"] = plan_name
-        peaks["out_plan"] = peak_of_ids(g, dict(cands)[plan_name])
+        peaks["out_plan"] = peak_of_ids(plan_graph, plan_order)
         predicted["out_plan"] = plan.arena_bytes
+        predicted["out_plan_no_inplace"] = plain_plan.arena_bytes
     output = out_plan if used_plan else out
     return TFLiteExport(tg=tg, method=method, schedule=res, peaks=peaks, orders=orders, predicted=predicted,
                         plan=plan, out=out, out_plan=out_plan, used_plan=used_plan, output=output,
