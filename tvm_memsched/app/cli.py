@@ -89,7 +89,7 @@ def cmd_compare(args) -> int:
 
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
                 progress=progress_for(args), run=not args.no_run,
-                rewrite={"policy": args.rewrite} if args.rewrite else False)
+                rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace)
     print(c.summary())
     if args.json:
         write_json(args.json, c.to_dict())
@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="llvm", help="TVM target kind (default llvm)")
     s.add_argument("--json", metavar="OUT.json", help="also write the comparison as JSON")
     s.add_argument("--no-run", action="store_true", help="skip the numerical check")
+    s.add_argument("--no-inplace", action="store_true",
+                   help="never let a kernel output take over a dying input (default: where the kernel's TIR "
+                        "proves it safe)")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
                    help="apply identity graph rewriting on our side first (policy, default if-better)")
     s.add_argument("--quiet", "-q", action="store_true")

@@ -71,6 +71,9 @@ def add_parser(subparsers):
     s.add_argument("--no-shrink-constants", action="store_true",
                    help="keep constants as imported (default: broadcast constants such as PReLU slopes are stored "
                         "at their small shape)")
+    s.add_argument("--no-inplace", action="store_true",
+                   help="never place a kernel output over an input that dies at the call (default: wherever the "
+                        "kernel's TIR proves it safe, element by element)")
     s.add_argument("--inline-padding", action="store_true",
                    help="with --no-shrink-workspace: only inline convolution padding and element-wise stages")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
@@ -141,7 +144,7 @@ def run(args) -> int:
                  shrink_constants=not args.no_shrink_constants,
                  inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
-                 progress=progress, int8=not args.no_int8)
+                 progress=progress, int8=not args.no_int8, inplace=not args.no_inplace)
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
     sides = {"ours": {"ram": exp.ram_bytes, "flash": exp.flash_bytes, "instructions": None}}

@@ -41,8 +41,16 @@ def add_parsers(subparsers) -> None:
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="scheduler time limit")
     s.add_argument("--offline-plan", action="store_true",
                    help="write the arena plan as OfflineMemoryAllocation metadata (TFLite Micro)")
+    s.add_argument("--inplace", choices=("windowed", "elementwise", "off"), default="windowed",
+                   help="with --offline-plan, which outputs may be placed over an input that dies at their "
+                        "operator: windowed (default) adds CONV_2D, DEPTHWISE_CONV_2D and pooling with shifts "
+                        "computed from TFLite Micro's reference kernels; elementwise keeps to element-wise ops "
+                        "and views, safe with optimised kernel libraries such as CMSIS-NN; off places nothing "
+                        "over anything")
+    s.add_argument("--no-inplace", dest="inplace", action="store_const", const="off",
+                   help="same as --inplace off")
     s.add_argument("--report", action="store_true",
-                   help="measure TFLM arenas (IN / OUT / OUT + plan) and check LiteRT outputs bit for bit")
+                   help="measure TFLM arenas (IN / OUT / OUT + plan) and check LiteRT and TFLM outputs bit for bit")
     s.add_argument("--json", metavar="REPORT.json", help="also write the figures as JSON")
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=run_tflite)
@@ -85,7 +93,8 @@ def run_tflite(args) -> int:
     tg = load_tflite_spec(args.model)
     name = tg.graph.name
     res = optimize_tflite(tg, method=args.method, time_limit=args.time_limit, offline_plan=args.offline_plan,
-                          measure=args.report, verify=args.report, progress=progress_for(args))
+                          measure=args.report, verify=args.report, progress=progress_for(args),
+                          inplace=args.inplace)
     write_bytes(args.output, res.output)
     if args.json:
         write_json(args.json, res.to_dict())
@@ -95,7 +104,13 @@ def run_tflite(args) -> int:
             f"TFLM head (predicted) IN {p['in']}, OUT {p['out']}")
     if "out_plan" in p:
         line += f", OUT + plan {p['out_plan']}"
+        if p.get("out_plan_no_inplace", p["out_plan"]) != p["out_plan"]:
+            line += f" ({p['out_plan_no_inplace']} without in-place)"
     print(line)
+    if res.used_plan and res.plan_inplace:
+        print(f"in-place ({args.inplace}): {res.plan_inplace} output(s) written over a dying input"
+              + ("; conv/depthwise/pool overlaps assume TFLite Micro's reference kernels (use --inplace "
+                 "elementwise with CMSIS-NN or other optimised kernels)" if res.plan_inplace_windowed else ""))
     if tg.stateful:
         print(f"state: {len(tg.state.variables)} resource variable(s), {tg.state.bytes} bytes, persistent outside "
               "the activation arena (TFLM: in the arena's tail); READ/ASSIGN order kept, CALL_ONCE initialisation "

@@ -256,7 +256,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
            time_limit: float | None = None, alignment: int = 16, shrink_workspace: bool = True,
            shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
            compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
-           int8: bool = True, io_in_arena: bool = True, **options) -> MicroExport:
+           int8: bool = True, io_in_arena: bool = True, inplace: bool = True, **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
     Parameters
@@ -310,6 +310,10 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         models, nor on TVM's side. ``.mod`` of the result is the module our
         export computes (the lowered one), the reference for checking runs;
         ``.int8`` says what was lowered.
+    inplace : bool
+        Let a kernel output share arena memory with an input that dies at the call
+        where the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`);
+        those kernels are compiled without ``restrict`` buffers. False: never.
 
     Raises :class:`UnsupportedError` for models the C export cannot handle.
     """
@@ -337,7 +341,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     seconds = {}
     t0 = time.perf_counter()
     common, lower, reorder, middle, tvm_planner = _split_pipeline(target, method, time_limit, alignment, progress,
-                                                                  options)
+                                                                  dict(options, inplace=inplace))
     shrink = ShrinkWorkspace(epilogues=shrink_workspace, target=target) \
         if (shrink_workspace or inline_padding) else None
     ours, tvms = planner == "tvm_memsched" or compare_default, planner == "tvm" or compare_default
@@ -360,6 +364,10 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
                              "the Relax pipeline") if ours else None
         pre_tvm = _tvm_call(lambda: tvm.transform.Sequential(lower + middle)(fused), "the Relax pipeline") \
             if tvms else None
+    if pre_ours is not None and inplace:     # kernels that may run in place must not assume unaliased buffers
+        from ..relax.inplace import allow_aliasing, candidate_kernels
+
+        pre_ours = allow_aliasing(pre_ours, candidate_kernels(pre_ours))
     seconds["relax"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     kernels = {}
@@ -376,7 +384,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     programs, plans, lower_bound = {}, {}, 0
     if pre_ours is not None:
         planned, reports = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
-                                       time_limit=10.0 if exact_arena else 2.0, io=io)
+                                       time_limit=10.0 if exact_arena else 2.0, io=io, inplace=inplace)
         rep = [r for r in reports if r.function == "main"][0]
         if rep.status not in ("planned", "no allocations"):
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")

@@ -12,9 +12,13 @@ every kernel output is an ``R.builtin.alloc_tensor``. For each function:
    (the caller owns them);
 3. the branches of ``If`` nodes are planned on their own; their arenas share one
    region that is live only while the ``If`` runs;
-4. :func:`tvm_memsched.core.arena.plan_arena` packs the buffers of each storage
+4. *in-place* (``inplace=True``): a kernel output may share memory with a
+   kernel input that dies at that call when the kernel's TIR proves it safe
+   (:mod:`tvm_memsched.relax.inplace`); the output buffer then starts at the call
+   and carries the alias (taken or not by the planner);
+5. :func:`tvm_memsched.core.arena.plan_arena` packs the buffers of each storage
    scope into one arena with ``alignment``-byte offsets;
-5. each allocation becomes ``R.memory.alloc_tensor(arena, offset, ...)`` followed
+6. each allocation becomes ``R.memory.alloc_tensor(arena, offset, ...)`` followed
    by ``R.memory.ensure_zero_offset`` when the offset is not zero (generated
    kernels require ``byte_offset == 0``; with a 64-byte aligned offset this is a
    zero-copy re-base on CPU), and one ``R.memory.alloc_storage`` per scope is
@@ -32,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import relax
 
-from ..core.arena import Buffer, plan_arena
+from ..core.arena import Buffer, check_plan, plan_arena
 from ..core.errors import UnsupportedError
 from .ir import VIEW_OPS, is_op, shape_values, tensor_bytes
 
@@ -58,6 +62,8 @@ class FunctionPlan:
     layout: list = field(default_factory=list)    # (name, scope, offset, size, start, end)
     workspace: list = field(default_factory=list)  # (call ordinal, kernel name, offset, size) per kernel call
     inputs: list = field(default_factory=list)     # io=True: arena offset of each function input
+    inplace: int = 0                               # kernel outputs placed over a dying input
+    inplace_kernels: list = field(default_factory=list)  # kernels of those calls (buffers may alias)
 
     @property
     def total_bytes(self) -> int:
@@ -86,6 +92,7 @@ class _Seq:
         self.subplans: dict = {}       # If binding var -> (list of branch _Seq, step)
         self.escaping: set = set()     # alloc vars reaching the SeqExpr's result
         self.kernels: list = []        # (step, ordinal, kernel name, workspace bytes) per kernel call
+        self.inplace: list = []        # (step, input alloc var, output alloc var) the kernel allows
         self.step0 = step0
         self.steps = 0
 
@@ -99,7 +106,34 @@ class _Seq:
         return set()
 
 
-def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None, params=()) -> _Seq:
+def _inplace_candidates(st: _Seq, step: int, call, analyzer) -> None:
+    """Record (step, input alloc, output alloc) pairs a kernel call may write in place."""
+    args = list(call.args)
+    n_out = 0
+    for a in reversed(args):      # outputs: trailing allocations not used since they were made
+        if isinstance(a, relax.Var) and a in st.owners and st.owners[a][0] is not None \
+                and st.last_use.get(a) == st.owners[a][4]:
+            n_out += 1
+        else:
+            break
+    if not n_out:
+        return
+    for i, o in analyzer.pairs(call.op, args, n_out):
+        src, dst = args[i], args[o]
+        if not isinstance(src, relax.Var):
+            continue
+        owners = st.alias_of(src)
+        if len(owners) != 1:
+            continue
+        (a,) = owners
+        if a not in st.owners or not isinstance(getattr(src, "ty", None), relax.TensorType):
+            continue
+        if tensor_bytes(src.ty, "kernel input") != st.owners[a][3]:
+            continue                  # a partial view: its bytes are not the whole buffer
+        st.inplace.append((step, a, dst, call.op.name_hint))
+
+
+def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None, params=(), inplace=None) -> _Seq:
     st = _Seq(seq, step0, parent)
     for p in params:                 # function inputs planned in the arena: resident from the start
         size = tensor_bytes(p.ty, f"input '{p.name}'")
@@ -114,6 +148,8 @@ def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None, params
             if workspace is not None and isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.GlobalVar):
                 size = workspace(value.op)
                 st.kernels.append((step, len(st.kernels), value.op.name_hint, size))
+            if inplace is not None and isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+                _inplace_candidates(st, step, value, inplace)
             for u in used:
                 for o in st.alias_of(u):
                     st.last_use[o] = step
@@ -129,8 +165,8 @@ def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None, params
                 st.aliases[var] = {var}
                 st.last_use[var] = step
             elif isinstance(value, relax.If):
-                branches = [_analyze(value.true_branch, step, st, workspace),
-                            _analyze(value.false_branch, step, st, workspace)]
+                branches = [_analyze(value.true_branch, step, st, workspace, inplace=inplace),
+                            _analyze(value.false_branch, step, st, workspace, inplace=inplace)]
                 st.subplans[var] = (branches, step)
                 # the result may alias outer buffers (passed through) or branch ones (escaping, unplanned)
                 result = set()
@@ -168,11 +204,27 @@ def _collect_buffers(st: _Seq, alignment: int, io: bool = False):
     Returns (buffers by scope, region plans: If var -> [(branch _Seq, {scope: plan})]).
     """
     by_scope: dict = {}
+    planned = {v for v in st.owners if io or v not in st.escaping}
+    takes: dict = {}                  # output alloc -> (step, input alloc) it may take over
+    taken: set = set()
+    for step, a, o, _kernel in st.inplace:
+        if a in planned and o in planned and a not in taken and o not in takes \
+                and st.last_use.get(a) == step and st.owners[a][1] == st.owners[o][1]:
+            takes[o] = (step, a)
+            taken.add(a)
     for var, (b, scope, dev, size, start) in st.owners.items():
-        if var in st.escaping and not io:
+        if var not in planned:
             continue
         end = max(start, st.last_use.get(var, start))
-        by_scope.setdefault(scope, []).append(Buffer(f"{start}:{var.name}", size, start, end))
+        alias = None
+        if var in takes:              # born at the call that may write it over its dying input
+            step, a = takes[var]
+            alias = (f"{st.owners[a][4]}:{a.name}", 0)
+            start_at = step
+        else:
+            start_at = start
+        by_scope.setdefault(scope, []).append(Buffer(f"{start}:{var.name}", size, start_at, max(start_at, end),
+                                                     alias))
     for step, ordinal, kernel, size in st.kernels:
         if size:
             by_scope.setdefault("global", []).append(Buffer(f"{step}:ws{ordinal}:{kernel}", size, step, step))
@@ -234,7 +286,7 @@ def _rewrite_seq(seq, placed: dict, arenas: dict):
 
 
 def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool = True,
-                  time_limit: float | None = 2.0, workspace=None, io: bool = False):
+                  time_limit: float | None = 2.0, workspace=None, io: bool = False, inplace=None):
     """Plan ``func`` into one arena per storage scope. Returns ``(new func, FunctionPlan)``.
 
     ``workspace``: optional callable GlobalVar -> bytes; each top-level kernel call
@@ -249,18 +301,24 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
     The planned function then returns arena memory: for exports that own the
     arena (the microcontroller C export), not for the VM.
 
+    ``inplace``: an :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer` of the module; kernel
+    outputs may then share memory with inputs that die at the call (see the module docstring).
+
     Raises :class:`UnsupportedError` when the function cannot be planned statically.
     """
     params = [p for p in func.params if isinstance(p.ty, relax.TensorType)] if io else []
-    st = _analyze(func.body, 0, workspace=workspace, params=params)
+    st = _analyze(func.body, 0, workspace=workspace, params=params, inplace=inplace)
     by_scope, regions = _collect_buffers(st, alignment, io)
     plans = {scope: plan_arena(bufs, alignment, exact=exact, time_limit=time_limit)
              for scope, bufs in by_scope.items()}
+    for scope, bufs in by_scope.items():     # never trust a plan: live buffers overlap only as declared
+        check_plan(bufs, plans[scope].offsets, alignment)
     n_buffers = sum(len(v) for v in by_scope.values())
     if not n_buffers:
         return func, FunctionPlan(name, "no allocations", unplanned_outputs=len(st.escaping))
     placed: dict = {}
     _offsets(st, plans, regions, {}, placed, io)
+    placed_all = dict(placed)
     inputs = [placed.pop(p)[1] for p in params]
     arenas = {scope: relax.Var(f"arena_{scope.replace('.', '_') or 'global'}", relax.AnyType())
               for scope in plans if plans[scope].size}
@@ -283,16 +341,33 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
     fp = FunctionPlan(name, "planned", {s: p.size for s, p in plans.items()},
                       {s: p.lower_bound for s, p in plans.items()}, n_buffers, len(st.escaping),
                       ",".join(sorted({p.method for p in plans.values()})), all(p.optimal for p in plans.values()),
-                      layout, ws, inputs)
+                      layout, ws, inputs, sum(p.stats.get("aliases_taken", 0) for p in plans.values()),
+                      _taken_kernels(st, placed_all))
     return new_func, fp
 
 
+def _taken_kernels(st: _Seq, placed: dict) -> list:
+    """Kernels of the calls whose output the plan put over its input (recursively into branches)."""
+    out = set()
+    for _step, a, o, kernel in st.inplace:
+        if a in placed and o in placed and placed[a][0] == placed[o][0] and placed[a][1] == placed[o][1]:
+            out.add(kernel)
+    for branches, _ in st.subplans.values():
+        for br in branches:
+            out.update(_taken_kernels(br, placed))
+    return sorted(out)
+
+
 def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                workspace=None, io: bool = False):
+                workspace=None, io: bool = False, inplace: bool = False):
     """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
 
-    ``workspace``, ``io``: see :func:`plan_function`. Returns ``(new module, [FunctionPlan])``.
+    ``workspace``, ``io``: see :func:`plan_function`; ``inplace``: let kernel outputs take over
+    dying inputs where the kernels' TIR allows it. Returns ``(new module, [FunctionPlan])``.
     """
+    from .inplace import InplaceAnalyzer
+
+    analyzer = InplaceAnalyzer(mod) if inplace else None
     new_mod = mod.clone()
     reports = []
     fallback = False
@@ -301,7 +376,7 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
             continue
         try:
             new_func, fp = plan_function(func, gv.name_hint, alignment=alignment, exact=exact,
-                                         time_limit=time_limit, workspace=workspace, io=io)
+                                         time_limit=time_limit, workspace=workspace, io=io, inplace=analyzer)
         except UnsupportedError as e:
             log.warning("ArenaPlanMemory: %s falls back to StaticPlanBlockMemory: %s", gv.name_hint, e)
             reports.append(FunctionPlan(gv.name_hint, f"fallback: {e}"))
@@ -309,6 +384,10 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
             continue
         new_mod[gv] = new_func
         reports.append(fp)
+    if analyzer is not None:
+        from .inplace import allow_aliasing
+
+        new_mod = allow_aliasing(new_mod, {k for r in reports for k in r.inplace_kernels})
     if fallback:
         new_mod = relax.transform.StaticPlanBlockMemory()(new_mod)
     return new_mod, reports
@@ -341,21 +420,25 @@ def collect_plans(mod) -> dict:
     return out
 
 
-def plannable_live_peak(mod, alignment: int = 1) -> int:
+def plannable_live_peak(mod, alignment: int = 1, inplace: bool = False) -> int:
     """Sum over Relax functions of the live peak of the tensors a planner places.
 
     ``mod`` must be at the planner's input (after ``CallTIRRewrite``). This is the
     smallest storage any planner can reach for the given binding order (function
-    outputs and dynamic allocations excluded), used to judge planners.
+    outputs and dynamic allocations excluded), used to judge planners. ``inplace``: with
+    the in-place overlaps kernels allow (see :func:`plan_module`).
     """
     from ..core.arena import live_peak
+    from .inplace import InplaceAnalyzer
+
+    analyzer = InplaceAnalyzer(mod) if inplace else None
 
     total = 0
     for _, func in mod.functions_items():
         if not isinstance(func, relax.Function):
             continue
         try:
-            st = _analyze(func.body, 0)
+            st = _analyze(func.body, 0, inplace=analyzer)
         except UnsupportedError:
             continue
         by_scope, _ = _collect_buffers(st, alignment)

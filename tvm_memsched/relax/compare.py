@@ -37,6 +37,7 @@ from ..core.simulate import peak_bytes
 from .arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
 from .pipeline import pipeline
+from .transform import ArenaPlanMemory
 from .shrink_constants import shrink_constants as shrink_constants_
 from .target import as_target, stages
 from .workspace import WorkspaceMeter
@@ -80,6 +81,8 @@ class Comparison:
     int8_max_lsb_vs_default: float | None = None          # TFLite integer arithmetic vs TVM's float emulation
     default_run_seconds: float | None = None              # median VM run time of each executable
     memsched_run_seconds: float | None = None
+    memsched_planned_no_inplace_bytes: int | None = None  # our order and planner without in-place execution
+    inplace_taken: int = 0                                # kernel outputs our plan put over a dying input
 
     @property
     def ratio(self) -> float:
@@ -101,6 +104,10 @@ class Comparison:
             f"model {self.model} on {self.target} (method {self.method})",
             f"  planned activation memory: TVM default {mb(self.default_planned_bytes)}, "
             f"tvm_memsched {mb(self.memsched_planned_bytes)}  ({self.ratio:.2f}x less)",
+            f"  in-place execution: {self.inplace_taken} kernel output(s) over a dying input; our plan without "
+            f"in-place {mb(self.memsched_planned_no_inplace_bytes)} "
+            f"({self.memsched_planned_no_inplace_bytes / max(1, self.memsched_planned_bytes):.2f}x)"
+            if self.memsched_planned_no_inplace_bytes is not None else "  in-place execution: off",
             f"  live peak of the planned tensors: TVM order {mb(self.default_plannable_peak_bytes)}, "
             f"our order {mb(self.memsched_plannable_peak_bytes)}",
             f"  live peak incl. outputs: TVM order {mb(self.default_live_peak_bytes)}, our order "
@@ -151,8 +158,14 @@ def random_inputs(func, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def block_peaks(mod, meter) -> tuple[int, int, list]:
-    """Largest program-order peak over the Relax functions' blocks: (without, with workspace, graphs)."""
+def block_peaks(mod, meter, inplace: bool = False) -> tuple[int, int, list]:
+    """Largest program-order peak over the Relax functions' blocks: (without, with workspace, graphs).
+
+    ``inplace``: count kernel outputs that may take over a dying input (as our planner does).
+    """
+    from .inplace import InplaceAnalyzer
+
+    analyzer = InplaceAnalyzer(mod) if inplace else None
     total = total_ws = 0
     graphs = []
     for gv, func in mod.functions_items():
@@ -163,8 +176,8 @@ def block_peaks(mod, meter) -> tuple[int, int, list]:
             if not isinstance(block, relax.DataflowBlock):
                 continue
             try:
-                g_ws = block_to_graph(func, k, workspace=meter, used_after=after[k]).graph
-                g = block_to_graph(func, k, used_after=after[k]).graph
+                g_ws = block_to_graph(func, k, workspace=meter, used_after=after[k], inplace=analyzer).graph
+                g = block_to_graph(func, k, used_after=after[k], inplace=analyzer).graph
             except MemschedError:
                 continue
             total = max(total, peak_bytes(g, [op.name for op in g.ops]))
@@ -270,11 +283,15 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
         m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
         m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
-        m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter)
+        m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter, inplace=arena.inplace)
         m_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(m_lowered)
-        m_plannable = plannable_live_peak(m_pre)
+        m_plannable = plannable_live_peak(m_pre, inplace=arena.inplace)
         m_planned_mod = arena(m_pre)
         m_storages = collect_plans(m_planned_mod)
+        no_inplace = None
+        if arena.inplace:              # the same order planned without in-place, for the report
+            plain = ArenaPlanMemory(alignment=arena.alignment, exact=arena.exact, inplace=False)
+            no_inplace = sum(sum(v) for v in collect_plans(plain(m_pre)).values())
         m_final = tvm.transform.Sequential(st["finalize"][k + 1:])(m_planned_mod)
         m_ex = tvm.compile(m_final, target, relax_pipeline=None)
         t_ours = time.perf_counter() - t0 + t_common
@@ -298,6 +315,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         model=name, target=str(target.kind.name), method=method,
         default_planned_bytes=sum(sum(v) for v in d_storages.values()),
         memsched_planned_bytes=sum(sum(v) for v in m_storages.values()),
+        memsched_planned_no_inplace_bytes=no_inplace,
+        inplace_taken=sum(f.inplace for f in arena.report),
         default_plannable_peak_bytes=d_plannable, memsched_plannable_peak_bytes=m_plannable,
         default_live_peak_bytes=d_live, memsched_live_peak_bytes=m_live,
         default_live_peak_with_workspace_bytes=d_live_ws, memsched_live_peak_with_workspace_bytes=m_live_ws,

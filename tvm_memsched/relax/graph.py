@@ -86,11 +86,13 @@ def _is_impure(value) -> bool:
 
 
 def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | None = None,
-                   name: str = "block") -> BlockGraph:
+                   name: str = "block", inplace=None) -> BlockGraph:
     """The graph of block ``block_index`` of ``func`` (see the module docstring).
 
     ``workspace``: a callable GlobalVar -> bytes for ``call_tir`` kernels (e.g.
     :class:`~tvm_memsched.relax.workspace.WorkspaceMeter`); None counts none.
+    ``inplace``: an :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`; a single-output
+    ``call_tir`` whose kernel may write its output over an input declares it (``Op.inplace``).
     ``used_after``: vars used after the block (default: computed from ``func``).
 
     Raises :class:`UnsupportedError` for dynamic shapes or impure calls.
@@ -153,6 +155,7 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
         kind = "alias"
         outs: list[str] = []
         ws = 0
+        decl = []
         if isinstance(value, relax.Var):
             struct[var] = struct_of(value)
         elif isinstance(b, relax.MatchCast):  # match-cast of an expression: an alias of what it uses
@@ -195,6 +198,8 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
                 struct[var] = fields[0] if fields else ("t", [])
             if workspace is not None and call_tir_op(value):
                 ws = workspace(value.args[0])
+            if inplace is not None and call_tir_op(value) and len(outs) == 1:
+                decl = _inplace_decl(value, var, outs[0], inplace, struct_of)
         else:  # constants, shapes, prim values: no activation memory
             struct[var] = ("t", [])
         if not outs:
@@ -204,7 +209,7 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
             token[var] = tok
         seen = set()
         ins = [t for t in ins if not (t in seen or seen.add(t))]
-        ops.append(Op(vname, ins, outs, ws, {"kind": kind, "binding": i}))
+        ops.append(Op(vname, ins, outs, ws, {"kind": kind, "binding": i}, inplace=decl))
         binding_of_op[vname] = i
     outputs: list[str] = []
     for b in block.bindings:
@@ -217,6 +222,21 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
     graph_inputs = [t for names in inputs.values() for t in names]
     graph = Graph(tensors, ops, graph_inputs, outputs, name=name)
     return BlockGraph(graph, block, binding_of_op)
+
+
+def _inplace_decl(call, var, out_name: str, analyzer, struct_of) -> list:
+    """``[(output, input, 0)]`` when the kernel of ``call`` may write ``var`` over one of its inputs."""
+    args = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+    for i, _o in analyzer.pairs(call.args[0], args + [var], 1):
+        src = args[i]
+        if not isinstance(src, relax.Var) or not isinstance(getattr(src, "ty", None), relax.TensorType):
+            continue
+        s = struct_of(src)
+        if s[0] != "t" or len(s[1]) != 1:
+            continue
+        (tname,) = s[1]
+        return [(out_name, tname, 0)]
+    return []
 
 
 def function_graph(func, name: str = "main") -> Graph:

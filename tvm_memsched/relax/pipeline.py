@@ -44,7 +44,7 @@ class MemschedPipeline:
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
-                 shrink_workspace=True, shrink_constants=True, **options):
+                 shrink_workspace=True, shrink_constants=True, inplace=True, **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.int8 = IntegerLowering() if int8 else None
@@ -53,8 +53,9 @@ class MemschedPipeline:
             kw = dict(rewrite) if isinstance(rewrite, dict) else {}
             self.rewrite = IdentityRewrite(target=self.target, **kw)
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
-                                          target=self.target, progress=progress, **options) if reorder else None
-        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena) if plan else None
+                                          target=self.target, progress=progress, inplace=inplace,
+                                          **options) if reorder else None
+        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target) if shrink_workspace else None
         self.constants = ShrinkConstants() if shrink_constants else None
         passes = [q for q in (self.int8, self.rewrite, self.constants) if q is not None] + st["dispatch"] \
@@ -83,7 +84,7 @@ class MemschedPipeline:
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
-             shrink_constants: bool = True, **options) -> MemschedPipeline:
+             shrink_constants: bool = True, inplace: bool = True, **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
     ``int8=True`` (default) first lowers quantized (dequantize/quantize) operator
@@ -95,10 +96,13 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     ``extra_passes`` run after FuseTIR (and after ``ShrinkWorkspace``); ``reorder=False`` or ``plan=False``
     keep TVM's order or TVM's planner; ``rewrite=True`` (or a dict of
     :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the identity
-    rewriting first, on the imported operators. Other options go to the scheduler.
+    rewriting first, on the imported operators. ``inplace=False`` never lets a kernel output
+    share memory with a dying input (default: wherever the kernel's TIR proves it safe, in
+    the reorder and in the arena plan). Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
-                            extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, **options)
+                            extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,
+                            **options)
 
 
 def build(mod, target=None, **options):

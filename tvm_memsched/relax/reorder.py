@@ -90,7 +90,7 @@ def _best_order(g, method, time_limit, progress, options, workspace_shared: bool
 
 def reorder_function(func, name: str, *, method: str = "auto", time_limit: float | None = None,
                      workspace=None, reports: list | None = None, progress=None, workspace_shared: bool = False,
-                     **options):
+                     inplace=None, **options):
     """``func`` with every DataflowBlock reordered (see :func:`reorder_module`)."""
     reports = reports if reports is not None else []
     blocks = list(func.body.blocks)
@@ -100,7 +100,8 @@ def reorder_function(func, name: str, *, method: str = "auto", time_limit: float
         if not isinstance(block, relax.DataflowBlock) or len(block.bindings) < 2:
             continue
         try:
-            bg = block_to_graph(func, k, workspace=workspace, used_after=after[k], name=f"{name}.block{k}")
+            bg = block_to_graph(func, k, workspace=workspace, used_after=after[k], name=f"{name}.block{k}",
+                                inplace=inplace)
         except MemschedError as e:
             log.warning("MemoryAwareReorder: %s block %d left as is: %s", name, k, e)
             reports.append(BlockReport(name, k, len(block.bindings), f"skipped: {e}"))
@@ -126,7 +127,7 @@ def reorder_function(func, name: str, *, method: str = "auto", time_limit: float
 
 def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None,
                    workspace: str | None = "lowered", target=None, progress=None, workspace_shared: bool = False,
-                   **options):
+                   inplace: bool = False, **options):
     """Reorder every DataflowBlock of every Relax function of ``mod``.
 
     ``workspace``: how ``call_tir`` kernels' internal allocations are measured
@@ -137,8 +138,14 @@ def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None
     workspace lives in the same arena as the tensors (the microcontroller
     export), so the peak with workspace is minimised first; otherwise (the Relax
     VM, whose workspace comes from a separate pool) the tensor peak is minimised
-    first and the peak with workspace breaks ties. Returns ``(new module, [BlockReport])``.
+    first and the peak with workspace breaks ties. ``inplace``: kernels whose TIR lets an
+    output overwrite a dying input (:mod:`tvm_memsched.relax.inplace`) declare it, so the
+    schedule decides which inputs die where (as the arena planner will use it).
+    Returns ``(new module, [BlockReport])``.
     """
+    from .inplace import InplaceAnalyzer
+
+    analyzer = InplaceAnalyzer(mod) if inplace else None
     if method in _DETERMINISTIC_BY_DEFAULT and "deterministic" not in options:
         options["deterministic"] = True  # a compiler pass must give the same order under any load
     if target is None:
@@ -153,7 +160,7 @@ def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None
             continue
         new_func = reorder_function(func, gv.name_hint, method=method, time_limit=time_limit, workspace=meter,
                                     reports=reports, progress=progress, workspace_shared=workspace_shared,
-                                    **options)
+                                    inplace=analyzer, **options)
         if new_func is not func:
             if new_mod is mod:
                 new_mod = mod.clone()

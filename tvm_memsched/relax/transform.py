@@ -99,12 +99,15 @@ class ArenaPlanMemory:
         ``report[i].workspace`` then holds the offsets. The VM ignores them.
     target : Target, optional
         Target for measuring workspace (default: the current target).
+    inplace : bool
+        Let a kernel output share memory with a kernel input that dies at the call
+        when the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`).
     """
 
     def __init__(self, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                 workspace: str | None = None, target=None):
+                 workspace: str | None = None, target=None, inplace: bool = True):
         self.alignment, self.exact, self.time_limit = alignment, exact, time_limit
-        self.workspace, self.target = workspace, target
+        self.workspace, self.target, self.inplace = workspace, target, inplace
         self.report = []
 
     def transform_module(self, mod, ctx):
@@ -113,7 +116,7 @@ class ArenaPlanMemory:
             target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
             meter = WorkspaceMeter(mod, target, self.workspace)
         new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
-                                           time_limit=self.time_limit, workspace=meter)
+                                           time_limit=self.time_limit, workspace=meter, inplace=self.inplace)
         return new_mod
 
 

@@ -24,6 +24,12 @@ variable accesses and their ``CALL_ONCE`` initialisation subgraph; an input
 with constants stored after the flatbuffer (``Buffer.offset``) is written in
 that layout again.
 
+In-place execution (``inplace``, :mod:`.inplace`): the plan may put an
+output over an input that dies at its operator, for the ops whose TFLM kernels
+never read an input element after writing over it. The order for such a plan
+is scheduled with those declarations (another candidate), and the plan without
+in-place is kept for the report (``out_plan_no_inplace``).
+
 With ``measure=True`` the three files are measured in TFLM (head and bisected
 minimum arena, :func:`.verify.tflm_arena`) and the measured numbers decide:
 the plan is used only if TFLM needs no more memory with it than without, and
@@ -47,11 +53,11 @@ from dataclasses import dataclass, field
 
 from ..core.errors import MemschedError
 from ..core.orders import program_order
-from ..core.simulate import peak_of_ids
+from ..core.simulate import inplace_taken, peak_of_ids
 from . import builder
 from .offline_plan import (TIE_ORDERS, OfflinePlan, attach_offline_plan, check_plannable, plan_offline,
                            plannable, tflm_greedy_plan, tflm_tensor_order)
-from .inplace import with_inplace
+from .inplace import WINDOWED, with_inplace
 from .reader import TFLiteGraph, load_model, read_tflite
 from .reorder import reorder_tflite
 
@@ -86,6 +92,8 @@ class TFLiteExport:
     litert: dict = field(default_factory=dict)
     tflm: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    plan_inplace: int = 0
+    plan_inplace_windowed: bool = False
 
     @property
     def identical(self) -> bool:
@@ -110,6 +118,8 @@ class TFLiteExport:
     def table(self) -> str:
         """A text table: IN / OUT / OUT + plan side by side."""
         rows = [("IN (file order)", "in"), ("OUT (reordered)", "out")]
+        if "out_plan_no_inplace" in self.measured:
+            rows.append(("OUT + plan, no in-place", "out_plan_no_inplace"))
         if self.out_plan is not None:
             rows.append(("OUT + offline plan", "out_plan"))
         head = ["file", "order", "peak", "TFLM head (pred.)", "TFLM head", "TFLM min arena", "vs IN", "LiteRT",
@@ -126,7 +136,7 @@ class TFLiteExport:
             order = self.orders.get(key, "file")
             if key == "out" and self.orders.get("out_tensor_numbering", "file") != "file":
                 order += ", renumbered"
-            body.append([label, order, str(self.peaks.get(key, "")),
+            body.append([label, order, str(self.peaks.get(key, "")) if key in self.peaks else "-",
                          str(self.predicted.get(key, "")), str(m.get("head", "-")),
                          str(arena if arena is not None else "-"),
                          f"{arena / base:.3f}x" if arena and base else "-",
@@ -188,12 +198,12 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
     plan_name = None
     if offline_plan:
         check_plannable(tg.model)
-    plain_plan = None
+    plain_plan = out_plan_plain = None
     plan_graph = g
     if offline_plan or (measure and plannable(tg.model)):
         plans = {name: plan_offline(tg, o, exact=plan_exact, time_limit=plan_time_limit) for name, o in cands}
         plan_name, plan_order = min(cands, key=lambda c: plans[c[0]].arena_bytes)
-        plain_plan = plans[plan_name]
+        plain_plan, plain_plan_order = plans[plan_name], plan_order
         gi = with_inplace(tg, inplace)
         if gi is not g:
             res_i = schedule(gi, method, time_limit=time_limit, progress=progress)
@@ -209,6 +219,9 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
         plan = plans[plan_name]
         m = load_model(reorder_tflite(tg, plan_order))
         out_plan = builder.serialize(attach_offline_plan(m, plan), offset_buffers=tg.offset_buffers)
+        if plan is not plain_plan:      # for the report: the gain of in-place execution alone
+            m = load_model(reorder_tflite(tg, plain_plan_order))
+            out_plan_plain = builder.serialize(attach_offline_plan(m, plain_plan), offset_buffers=tg.offset_buffers)
         say(f"offline plan ({plan.method}, {plan_name} order): {plan.arena_bytes} bytes "
             f"(lower bound {plan.lower_bound_bytes}; TFLM's own plan for this order {plan.tflm_greedy_bytes})")
     used_plan = bool(offline_plan and plan is not None and plan.arena_bytes <= out_head)
@@ -224,6 +237,8 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
         files = {"in": tg.buf, "out": out}
         if out_plan is not None:
             files["out_plan"] = out_plan
+        if out_plan_plain is not None:
+            files["out_plan_no_inplace"] = out_plan_plain
         for key, buf in files.items():
             try:
                 measured[key] = tflm_arena(buf).to_dict()
@@ -271,6 +286,20 @@ def optimize_tflite(source, *, method: str = "auto", time_limit: float | None = 
         predicted["out_plan"] = plan.arena_bytes
         predicted["out_plan_no_inplace"] = plain_plan.arena_bytes
     output = out_plan if used_plan else out
+    taken = _overlaps(plan_graph, plan_order, plan) if plan is not None else []
     return TFLiteExport(tg=tg, method=method, schedule=res, peaks=peaks, orders=orders, predicted=predicted,
                         plan=plan, out=out, out_plan=out_plan, used_plan=used_plan, output=output,
-                        measured=measured, litert=litert, tflm=tflm, notes=notes)
+                        measured=measured, litert=litert, tflm=tflm, notes=notes, plan_inplace=len(taken),
+                        plan_inplace_windowed=any(plan_graph.op(o).attrs.get("kind") in WINDOWED for o in taken))
+
+
+def _overlaps(graph, order, plan) -> list[str]:
+    """Ops whose output the plan really placed over a dying input."""
+    ids = graph.resolve_order(order)
+    offs = plan.by_name
+    names = []
+    for o, (i, _shift) in inplace_taken(graph, ids).items():
+        a, b = graph.tensors[o].name, graph.tensors[i].name
+        if a in offs and b in offs and offs[a] < offs[b] + graph.size[i] and offs[b] < offs[a] + graph.size[o]:
+            names.append(graph.ops[graph.producer[o]].name)
+    return names
