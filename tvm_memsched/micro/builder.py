@@ -107,6 +107,8 @@ class MicroExport:
     seconds: dict = field(default_factory=dict)
     int8: dict | None = None
     state_bytes: int = 0
+    inplace_ops: int = 0                      # kernel outputs placed over an input dying at the call
+    arena_no_inplace_bytes: int | None = None  # our plan of the same program without in-place execution
     states: list = field(default_factory=list, repr=False)
     mod: object = field(default=None, repr=False)
     program: object = field(default=None, repr=False)
@@ -171,6 +173,9 @@ class MicroExport:
             if self.tvm_kernels_workspace_bytes is not None:
                 line += f" (TVM's kernels: {self.tvm_kernels_workspace_bytes:,} B)"
             lines.insert(-1, line)
+        if self.planner == "tvm_memsched" and self.arena_no_inplace_bytes is not None:
+            lines.insert(-1, f"  in-place       {self.inplace_ops} kernel output(s) written over an input that dies "
+                             f"at the call (arena without in-place {self.arena_no_inplace_bytes:,} B)")
         if self.shrunk_constants:
             saved = sum(c["before_bytes"] - c["after_bytes"] for c in self.shrunk_constants)
             lines.insert(-1, f"  constants      {len(self.shrunk_constants)} broadcast constants kept at their small "
@@ -382,6 +387,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
 
     t0 = time.perf_counter()
     programs, plans, lower_bound = {}, {}, 0
+    rep = no_inplace = None
     if pre_ours is not None:
         planned, reports = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
                                        time_limit=10.0 if exact_arena else 2.0, io=io, inplace=inplace)
@@ -393,6 +399,12 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         prog = translate(planned["main"], kernels["tvm_memsched"], workspace=workspace, alignment=alignment,
                          prefix=name, states=states, input_offsets=rep.inputs if io else None)
         lower_bound = sum(rep.lower_bound_bytes.values())
+        if inplace and rep.inplace:          # for the report: the gain of in-place execution alone
+            _, plain = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
+                                   time_limit=2.0, io=io, inplace=False)
+            no_inplace = sum(r.total_bytes for r in plain if r.function == "main")
+        elif inplace:
+            no_inplace = rep.total_bytes
         programs["tvm_memsched"] = prog
         plans["tvm_memsched"] = PlanSizes("tvm_memsched", prog.arena_bytes, prog.storage_bytes, prog.max_workspace,
                                           len(prog.calls))
@@ -422,7 +434,9 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         shrunk_kernels=[r.to_dict() for r in shrink.report if r.steps] if (shrink and ours) else [],
         shrunk_constants=[c.to_dict() for c in constant_sites] if planner == "tvm_memsched" else [],
         tvm_kernels_workspace_bytes=max(kernels["tvm"].workspace.values(), default=0) if "tvm" in kernels else None,
-        state_bytes=prog.state_bytes, states=list(states))
+        state_bytes=prog.state_bytes, states=list(states),
+        inplace_ops=rep.inplace if rep is not None and planner == "tvm_memsched" else 0,
+        arena_no_inplace_bytes=no_inplace if planner == "tvm_memsched" else None)
     if measure:
         from .firmware import measure as _measure
 
