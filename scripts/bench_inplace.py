@@ -44,6 +44,9 @@ def tflite_row(label: str, buf: bytes) -> dict:
     for mode in ("elementwise", "windowed"):
         t0 = time.perf_counter()
         r = optimize_tflite(buf, offline_plan=True, measure=True, verify=True, inplace=mode, time_limit=30)
+        errors = [f"{k}: {v['error']}" for k, v in r.measured.items() if "error" in v]
+        if errors:
+            raise RuntimeError("TFLite Micro cannot run it (" + "; ".join(errors)[:200] + ")")
         arena = {k: v.get("min_arena") for k, v in r.measured.items()}
         row.setdefault("tflm_min_arena", {}).update({"in": arena["in"], "out": arena["out"],
                                                      "plan_no_inplace": arena.get("out_plan_no_inplace",
