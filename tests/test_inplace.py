@@ -165,3 +165,13 @@ def test_exact_plans_equal_the_exhaustive_optimum(seed):
             Buffer("d", rng.randint(1, 3), rng.randint(0, 2), 3)]
     plan = plan_arena(bufs, alignment=1, exact=True, time_limit=5.0)
     assert plan.optimal and plan.size == brute_force_arena(bufs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph_and_order(max_ops=9, allow_inplace=True))
+def test_exact_plans_are_aligned(go):
+    g, order = go
+    bufs = buffers_from_schedule(g, order, include_inputs=True)
+    plan = plan_arena(bufs, alignment=16, exact=True, time_limit=0.5)
+    assert all(o % 16 == 0 for o in plan.offsets.values())
+    assert check_plan(bufs, plan.offsets, 16) == plan.size

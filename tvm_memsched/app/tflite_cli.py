@@ -51,6 +51,14 @@ def add_parsers(subparsers) -> None:
                    help="same as --inplace off")
     s.add_argument("--report", action="store_true",
                    help="measure TFLM arenas (IN / OUT / OUT + plan) and check LiteRT and TFLM outputs bit for bit")
+    s.add_argument("--tile", action="store_true",
+                   help="run the memory-heavy first stage patch by patch (MCUNetV2-style patch tiling in builtin "
+                        "STRIDED_SLICE / PAD / CONCATENATION ops): every split point and grid is scored by our "
+                        "schedule and plan, within the --tile-budget of extra multiply-accumulates")
+    s.add_argument("--tile-budget", type=float, default=None, metavar="FRACTION",
+                   help="extra MACs allowed for tiling, as a fraction of the model's (default 0.15)")
+    s.add_argument("--tile-grid", default=None, metavar="RxC", help="fix the patch grid, e.g. 4x4")
+    s.add_argument("--tile-at", default=None, metavar="TENSOR", help="fix the split point (a tensor name)")
     s.add_argument("--json", metavar="REPORT.json", help="also write the figures as JSON")
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=run_tflite)
@@ -92,6 +100,10 @@ def run_tflite(args) -> int:
 
     tg = load_tflite_spec(args.model)
     name = tg.graph.name
+    original = tg
+    tiling = None
+    if args.tile or args.tile_grid or args.tile_at or args.tile_budget is not None:
+        tg, tiling = _tile(tg, args)
     res = optimize_tflite(tg, method=args.method, time_limit=args.time_limit, offline_plan=args.offline_plan,
                           measure=args.report, verify=args.report, progress=progress_for(args),
                           inplace=args.inplace)
@@ -117,6 +129,9 @@ def run_tflite(args) -> int:
               "subgraph unchanged")
     if args.report:
         print(res.table())
+    if tiling is not None and tiling.chosen is not None and args.report:
+        if not _check_tiled(original, res, tiling):
+            return 1
     for n in res.notes:
         print(f"note: {n}")
     what = "with offline plan" if res.used_plan else "no offline plan"
@@ -126,6 +141,66 @@ def run_tflite(args) -> int:
               "Micro)", file=sys.stderr)
         return 1
     return 0
+
+
+def _parse_grid(text: str) -> tuple[int, int]:
+    from ..core.errors import MemschedError
+
+    try:
+        r, c = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise MemschedError(f"--tile-grid must look like 4x4, got {text!r}") from None
+    if r < 1 or c < 1:
+        raise MemschedError(f"--tile-grid must be at least 1x1, got {text!r}")
+    return r, c
+
+
+def _tile(tg, args):
+    """Search the tiling, print every candidate; returns (the graph to optimize, TilingResult)."""
+    from ..tflite.reader import read_tflite
+    from ..tflite.tiling import DEFAULT_BUDGET, search_tiling
+
+    budget = DEFAULT_BUDGET if args.tile_budget is None else args.tile_budget
+    if budget < 0:
+        from ..core.errors import MemschedError
+        raise MemschedError(f"--tile-budget must be a non-negative fraction, got {budget}")
+    res = search_tiling(tg, budget=budget, split=args.tile_at,
+                        grid=_parse_grid(args.tile_grid) if args.tile_grid else None, progress=progress_for(args),
+                        inplace=args.inplace if args.offline_plan else "off")
+    print(f"patch tiling (extra MACs within {100 * budget:.0f}% of the model's {res.model_macs:,}); untiled: "
+          f"scheduled peak {res.untiled_peak_bytes:,} B, plan {res.untiled_plan_bytes:,} B"
+          + ("" if res.untiled_tflm_tail_bytes is None else
+             f", TFLite Micro tail {res.untiled_tflm_tail_bytes:,} B (candidates are ranked by plan + tail)"))
+    print(res.table())
+    if res.chosen is None:
+        print("note: no tiling within the budget plans less than the untiled model; the model is not tiled")
+        return tg, res
+    c = res.chosen
+    print(f"tiled at {c.split} in {c.grid[0]}x{c.grid[1]} patches: plan {res.untiled_plan_bytes:,} -> "
+          f"{c.plan_bytes:,} B, {100 * c.mac_overhead:.1f}% extra MACs")
+    return read_tflite(res.buf, name=tg.graph.name), res
+
+
+def _check_tiled(original, res, tiling) -> bool:
+    """The written file against the untiled original: LiteRT and TFLite Micro, bit for bit."""
+    from ..core.errors import MemschedError
+    from ..tflite.verify import compare_litert, compare_tflm, tflm_arena
+
+    ok = compare_litert(original.buf, res.output, trials=2).identical
+    line = f"tiled output vs the untiled original: LiteRT {'bit-identical' if ok else 'DIFFERENT'}"
+    if not original.offset_buffers:
+        try:
+            t = compare_tflm(original.buf, res.output, trials=2).identical
+            a, b = tflm_arena(original.buf).min_arena, tflm_arena(res.output).min_arena
+            line += (f", TFLite Micro {'bit-identical' if t else 'DIFFERENT'}; TFLite Micro smallest arena "
+                     f"{a:,} -> {b:,} B ({b / a:.3f}x)")
+            ok = ok and t
+        except MemschedError as e:
+            line += f"; TFLite Micro could not run it: {e}"
+    print(line)
+    if not ok:
+        print("tvm-memsched: error: the tiled model's outputs differ from the original's", file=sys.stderr)
+    return ok
 
 
 def run_coral(args) -> int:

@@ -320,7 +320,7 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
     proven = top <= lb
     stats = {"greedy_runs": tried, "iterations": it}
     if exact and not proven:
-        res = _cpsat(items, top, lb, time_limit, offs)
+        res = _cpsat(items, top, lb, time_limit, offs, unit=alignment)
         if res is not None:
             o3, t3, opt = res
             stats["cpsat"] = {"arena": t3, "optimal": opt}
@@ -351,7 +351,7 @@ def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -
     stats = {"greedy_runs": len(_ORDERS), "aliases": len(pairs),
              "aliases_taken": sum(1 for p, c, rel in pairs if offs[c] - offs[p] == rel)}
     if exact and not proven:
-        res = _cpsat(items, top, lb, time_limit, offs, pairs=pairs)
+        res = _cpsat(items, top, lb, time_limit, offs, pairs=pairs, unit=alignment)
         if res is not None:
             o3, t3, opt = res
             stats["cpsat"] = {"arena": t3, "optimal": opt}
@@ -364,13 +364,22 @@ def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -
                      alignment, stats)
 
 
-def _cpsat(items, upper, lower, time_limit, hint, pairs=()):
+def _cpsat(items, upper, lower, time_limit, hint, pairs=(), unit: int = 1):
     """Exact placement with OR-Tools CP-SAT (None if OR-Tools is not installed).
 
     In-place ``pairs`` ``(parent, child, rel)``: a literal per pair says whether
     the child sits at ``offset(parent) + rel``; the step they share is then one
-    hull box instead of two separate boxes.
+    hull box instead of two separate boxes. Sizes, offsets and ``rel`` are
+    multiples of ``unit`` (the alignment); the model counts in units, so every
+    offset it returns is aligned.
     """
+    if unit > 1:
+        res = _cpsat([(size // unit, s, e) for size, s, e in items], upper // unit, -(-lower // unit), time_limit,
+                     {i: h // unit for i, h in hint.items()}, [(p, c, rel // unit) for p, c, rel in pairs])
+        if res is None:
+            return None
+        offs, top, opt = res
+        return {k: v * unit for k, v in offs.items()}, top * unit, opt
     try:
         from ortools.sat.python import cp_model
     except ImportError:

@@ -33,8 +33,10 @@ TFLite Micro.
 **Choosing where and how much** (:func:`search_tiling`): every split point and
 grid is scored by our scheduler (``auto``, which finds the patch-by-patch order
 in the rewritten graph: the rewrite lists the ops layer by layer) and the
-offline planner; candidates whose extra multiply-accumulates exceed the budget
-(default 15% of the model's) are skipped. Every candidate considered is
+offline planner (with the in-place level the plan uses), plus TFLite Micro's
+persistent tail when it is installed (each patch adds operators whose per-op
+data lives there); candidates whose extra multiply-accumulates exceed the
+budget (default 15% of the model's) are skipped. Every candidate considered is
 reported.
 
 Example
@@ -250,6 +252,7 @@ class TilingCandidate:
     plan_bytes: int | None         # our offline plan of it (TFLM head)
     within_budget: bool
     seconds: float = 0.0
+    tflm_tail_bytes: int | None = None   # TFLite Micro's persistent tail for the tiled file
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -267,14 +270,16 @@ class TilingResult:
     untiled_peak_bytes: int = 0
     untiled_plan_bytes: int = 0
     model_macs: int = 0
+    untiled_tflm_tail_bytes: int | None = None
 
     def table(self) -> str:
-        rows = [["split at", "grid", "stage ops", "ops", "extra MACs", "overhead", "peak", "plan", ""]]
+        rows = [["split at", "grid", "stage ops", "ops", "extra MACs", "overhead", "peak", "plan", "TFLM tail", ""]]
         for c in self.candidates:
             rows.append([c.split, f"{c.grid[0]}x{c.grid[1]}", str(c.stage_ops), str(c.tiled_ops),
                          f"{c.extra_macs:,}", f"{100 * c.mac_overhead:.1f}%",
                          "-" if c.peak_bytes is None else f"{c.peak_bytes:,}",
                          "-" if c.plan_bytes is None else f"{c.plan_bytes:,}",
+                         "-" if c.tflm_tail_bytes is None else f"{c.tflm_tail_bytes:,}",
                          ("chosen" if c is self.chosen else "") + ("" if c.within_budget else " over budget")])
         w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  ".join(x.ljust(w[i]) if i < 2 else x.rjust(w[i]) for i, x in enumerate(r)).rstrip()
@@ -523,9 +528,29 @@ def tile_model(tg: TFLiteGraph, split: int | str, grid: tuple[int, int]) -> tupl
             continue
         new_list.append(op)
     sg.operators = new_list
+    _drop_unused_tensors(sg)
     buf = builder.serialize(model)
     return buf, {"stage_ops": len(stage.ops), "tiled_ops": len(rw.new_ops), "stage_macs": stage_macs,
                  "tiled_macs": tiled_macs}
+
+
+def _drop_unused_tensors(sg) -> None:
+    """Remove the tensors no operator and no subgraph input/output refers to (the replaced stage's), renumbering
+    the rest: TFLite Micro would otherwise still plan them."""
+    used = {int(i) for op in sg.operators for i in list(op.inputs) + list(op.outputs) if int(i) >= 0}
+    used |= {int(i) for i in list(sg.inputs) + list(sg.outputs)}
+    for op in sg.operators:
+        used |= {int(i) for i in (op.intermediates if op.intermediates is not None else []) if int(i) >= 0}
+    keep = sorted(used)
+    new = {old: k for k, old in enumerate(keep)}
+    sg.tensors = [sg.tensors[i] for i in keep]
+    for op in sg.operators:
+        op.inputs = [new[int(i)] if int(i) >= 0 else -1 for i in op.inputs]
+        op.outputs = [new[int(i)] if int(i) >= 0 else -1 for i in op.outputs]
+        if op.intermediates is not None:
+            op.intermediates = [new[int(i)] if int(i) >= 0 else -1 for i in op.intermediates]
+    sg.inputs = [new[int(i)] for i in sg.inputs]
+    sg.outputs = [new[int(i)] for i in sg.outputs]
 
 
 def ts_n(tensors, t) -> int:
@@ -563,19 +588,51 @@ def _required(r, g: _Geom, in_shape, kind: str):
     return (out[0][0], out[0][1], out[1][0], out[1][1]), tuple(pads)
 
 
-def search_tiling(source, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, split=None, grid=None,
-                  time_limit: float = 5.0, progress=None) -> TilingResult:
-    """Try split points x grids, score each by our schedule and offline plan; the smallest plan within the
-    MAC ``budget`` wins (see the module docstring). ``split`` / ``grid`` fix one of them."""
+def _score(tg: TFLiteGraph, inplace: str, time_limit: float, tflm: bool,
+           exact: bool = False) -> tuple[int, int, int | None]:
+    """(scheduled peak, our offline plan, TFLite Micro's persistent tail or None) of ``tg``, with the in-place
+    level the plan will use. Every patch adds operators, and TFLite Micro keeps per-operator data (int8
+    convolutions: a multiplier and a shift per channel) in its persistent tail, so fine grids can cost more
+    tail than they save head: the tail is measured (one allocation, no bisection) when ``tflm``."""
+    from ..core.errors import MemschedError
     from ..schedulers import schedule
+    from .inplace import with_inplace
     from .offline_plan import plan_offline
 
+    gi = with_inplace(tg, inplace)
+    r = schedule(gi, "auto", time_limit=time_limit)
+    plan = plan_offline(tg, r.order_ids, exact=exact, graph=None if gi is tg.graph else gi)
+    tail = None
+    if tflm:
+        from .verify import tflm_arena
+
+        try:
+            tail = tflm_arena(tg.buf, bisect=False).tail
+        except MemschedError:
+            tail = None
+    return r.peak_bytes, plan.arena_bytes, tail
+
+
+def _tflm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tflite_micro") is not None
+
+
+def search_tiling(source, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, split=None, grid=None,
+                  time_limit: float = 5.0, progress=None, inplace: str = "windowed") -> TilingResult:
+    """Try split points x grids, score each by our schedule and offline plan (with the ``inplace`` level the
+    plan will use, :mod:`.inplace`); the smallest plan within the MAC ``budget`` wins (see the module
+    docstring). ``split`` / ``grid`` fix one of them."""
     tg = source if isinstance(source, TFLiteGraph) else read_tflite(source)
     g = tg.graph
     model_macs = sum(int(op.attrs.get("macs", 0)) for op in g.ops)
-    base = schedule(g, "auto", time_limit=time_limit)
-    base_plan = plan_offline(tg, base.order_ids, exact=False).arena_bytes
-    res = TilingResult(None, None, [], base.peak_bytes, base_plan, model_macs)
+    tflm = _tflm_available() and not tg.offset_buffers
+    base_peak, base_plan, base_tail = _score(tg, inplace, time_limit, tflm, exact=True)
+    res = TilingResult(None, None, [], base_peak, base_plan, model_macs, base_tail)
+
+    def total(plan, tail):
+        return plan + (tail or 0)
     points = split_points(tg)
     if split is not None:
         idx = split if isinstance(split, int) else tg.tensor_ids.get(split)
@@ -585,7 +642,7 @@ def search_tiling(source, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS
     if not points:
         raise UnsupportedError(f"{tg.graph.name}: no split point for patch tiling (the model needs a single NHWC "
                                "input followed by spatially local operators)")
-    best = None
+    scored = []
     for t in points:
         for gr in ([tuple(grid)] if grid is not None else grids):
             import time
@@ -601,17 +658,20 @@ def search_tiling(source, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS
             cand = TilingCandidate(name, tuple(gr), info["stage_ops"], info["tiled_ops"], extra, over, None, None,
                                    over <= budget)
             if cand.within_budget:
-                tt = read_tflite(buf, name=g.name)
-                r = schedule(tt.graph, "auto", time_limit=time_limit)
-                cand.peak_bytes = r.peak_bytes
-                cand.plan_bytes = plan_offline(tt, r.order_ids, exact=False).arena_bytes
-                if best is None or cand.plan_bytes < best[0].plan_bytes:
-                    best = (cand, buf)
+                cand.peak_bytes, cand.plan_bytes, cand.tflm_tail_bytes = _score(
+                    read_tflite(buf, name=g.name), inplace, time_limit, tflm)
+                scored.append((cand, buf))
             cand.seconds = round(time.perf_counter() - t0, 3)
             res.candidates.append(cand)
             if progress:
                 progress(f"tile at {name} {gr[0]}x{gr[1]}: overhead {100 * over:.1f}%, plan "
                          f"{cand.plan_bytes if cand.plan_bytes is not None else '-'} B")
-    if best is not None and best[0].plan_bytes < base_plan:
+    # the most promising few get the exact placement the final plan uses (as the untiled baseline did)
+    scored.sort(key=lambda cb: total(cb[0].plan_bytes, cb[0].tflm_tail_bytes))
+    for cand, buf in scored[:3]:
+        cand.peak_bytes, cand.plan_bytes, cand.tflm_tail_bytes = _score(
+            read_tflite(buf, name=g.name), inplace, time_limit, tflm, exact=True)
+    best = min(scored[:3], key=lambda cb: total(cb[0].plan_bytes, cb[0].tflm_tail_bytes), default=None)
+    if best is not None and total(best[0].plan_bytes, best[0].tflm_tail_bytes) < total(base_plan, base_tail):
         res.chosen, res.buf = best
     return res
