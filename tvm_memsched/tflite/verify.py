@@ -179,18 +179,22 @@ def _compare_runs(run_a, run_b, feeds_of, trials: int, invocations: int) -> Lite
 
 
 def compare_litert(buf_a: bytes, buf_b: bytes, *, trials: int = 2, seed: int = 0, run_b=None,
-                   invocations: int = 1) -> LiteRTComparison:
+                   invocations: int = 1, reference_kernels: bool = False) -> LiteRTComparison:
     """Run both models on ``trials`` sets of random inputs and compare the outputs bit for bit.
 
     Outputs are matched by tensor name. ``run_b(inputs) -> outputs`` replaces
     running ``buf_b`` (e.g. to chain pipeline segments). With ``invocations``
     > 1 each trial invokes one interpreter per model that many times on
     successive random inputs and compares every invocation (state carried).
+    ``reference_kernels``: TFLite's reference kernels on both sides (LiteRT's
+    optimised float kernels block their sums by tensor shape, so the same
+    arithmetic on a smaller tensor may round differently).
     """
     def seq_b(feeds):
-        return [run_b(f) for f in feeds] if run_b is not None else litert_run_sequence(buf_b, feeds)
+        return [run_b(f) for f in feeds] if run_b is not None else \
+            litert_run_sequence(buf_b, feeds, reference_kernels)
 
-    return _compare_runs(lambda feeds: litert_run_sequence(buf_a, feeds), seq_b,
+    return _compare_runs(lambda feeds: litert_run_sequence(buf_a, feeds, reference_kernels), seq_b,
                          lambda k: random_input_sequence(buf_a, invocations, seed + 1000 * k), trials, invocations)
 
 
