@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..core.errors import MemschedError
-from .models import add_input_shape_argument, load_graph_spec
+from .models import add_input_shape_argument, add_tile_arguments, load_graph_spec, wants_tiling
 from .output import fmt_bytes, table, write_json
 from .progress import progress_for
 
@@ -87,16 +87,55 @@ def cmd_compare(args) -> int:
     mod, name = load_relax_spec(args.model, args.input_shape)   # bad specs and files fail here
     from ..relax.compare import compare
 
+    untiled = None
+    if wants_tiling(args):
+        from .models import tiled_relax_spec
+
+        tiled, _, untiled_mod, _ = tiled_relax_spec(args.model, args, progress=progress_for(args))
+        if tiled is not None:
+            untiled, mod = untiled_mod, tiled
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
                 progress=progress_for(args), run=not args.no_run,
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace)
     print(c.summary())
+    if untiled is not None:
+        ok, line = _tiled_vs_untiled(untiled, mod, args.target, run=not args.no_run)
+        c0 = compare(untiled, args.target, method=args.method, time_limit=args.time_limit, name=name, run=False,
+                     repeat=0, inplace=not args.no_inplace)
+        print(f"  patch tiling: our plan {c0.memsched_planned_bytes / 1e6:.3f} MB untiled -> "
+              f"{c.memsched_planned_bytes / 1e6:.3f} MB tiled ({c0.memsched_planned_bytes / c.memsched_planned_bytes:.2f}x); "
+              f"TVM default untiled {c0.default_planned_bytes / 1e6:.3f} MB "
+              f"({c0.default_planned_bytes / c.memsched_planned_bytes:.2f}x); {line}")
+        if not ok:
+            print("tvm-memsched: error: the tiled model's outputs differ from the untiled model's", file=sys.stderr)
+            return 1
     if args.json:
         write_json(args.json, c.to_dict())
     if not c.numerics_ok:
         print("tvm-memsched: error: outputs differ from TVM's default build", file=sys.stderr)
         return 1
     return 0
+
+
+def _tiled_vs_untiled(untiled, tiled, target, run: bool = True) -> tuple[bool, str]:
+    """TVM's default builds of both modules on the same random inputs: (equal, one-line verdict)."""
+    if not run:
+        return True, "outputs not checked (--no-run)"
+    import numpy as np
+    import tvm
+
+    from ..relax.compare import random_inputs, run_vm
+    from ..relax.target import as_target
+
+    t = as_target(target)
+    inputs = random_inputs(untiled["main"], 0)
+    a = run_vm(tvm.compile(untiled, t), inputs)
+    b = run_vm(tvm.compile(tiled, t), inputs)
+    same = len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b))
+    diff = max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b)
+                if x.shape == y.shape and x.size), default=0.0)
+    return same or diff <= 1e-5, ("tiled outputs bit-identical to the untiled model's (TVM default builds)" if same
+                                  else f"tiled vs untiled outputs: max abs diff {diff:.3g}")
 
 
 def cmd_bench(args) -> int:
@@ -181,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-inplace", action="store_true",
                    help="never let a kernel output take over a dying input (default: where the kernel's TIR "
                         "proves it safe)")
+    add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; .tflite and zoo models")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
                    help="apply identity graph rewriting on our side first (policy, default if-better)")
     s.add_argument("--quiet", "-q", action="store_true")

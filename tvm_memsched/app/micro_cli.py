@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 
 from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available
-from .models import add_input_shape_argument
+from .models import add_input_shape_argument, add_tile_arguments, wants_tiling
 from .output import write_json
 from .progress import progress_for
 
@@ -71,6 +71,8 @@ def add_parser(subparsers):
     s.add_argument("--no-shrink-constants", action="store_true",
                    help="keep constants as imported (default: broadcast constants such as PReLU slopes are stored "
                         "at their small shape)")
+    add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; --run checks the outputs "
+                          "against the untiled model")
     s.add_argument("--no-inplace", action="store_true",
                    help="never place a kernel output over an input that dies at the call (default: wherever the "
                         "kernel's TIR proves it safe, element by element)")
@@ -131,6 +133,14 @@ def run(args) -> int:
                             (", whose constants are stored after the flatbuffer (Buffer.offset)"
                              if offset_buffer_count(tfl) else " (tflite-micro is not installed)"))
     original = mod
+    if wants_tiling(args):
+        from .models import tiled_relax_spec
+
+        tiled, _, untiled, buf = tiled_relax_spec(args.model, args, progress=progress_for(args))
+        if tiled is not None:           # --run checks against the untiled model (TVM, and TFLite Micro's file)
+            original, mod, tfl = untiled, tiled, buf
+            tflm_readable = tflite_available() and not offset_buffer_count(tfl)
+            compare_tflm = tflm_readable if args.compare_tflm is None else compare_tflm
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
 

@@ -168,3 +168,74 @@ def tflite_bytes(spec: str) -> bytes | None:
     from ..tflite.reader import read_bytes
 
     return read_bytes(spec)[0]
+
+
+def add_tile_arguments(parser, what: str) -> None:
+    """The ``--tile`` options (patch tiling of the first stage, :mod:`tvm_memsched.tflite.tiling`)."""
+    parser.add_argument("--tile", action="store_true",
+                        help=f"run the memory-heavy first stage patch by patch ({what}): every split point and "
+                             "grid is scored by our schedule and plan, within --tile-budget extra MACs")
+    parser.add_argument("--tile-budget", type=float, default=None, metavar="FRACTION",
+                        help="extra multiply-accumulates allowed for tiling, as a fraction of the model's "
+                             "(default 0.15)")
+    parser.add_argument("--tile-grid", default=None, metavar="RxC", help="fix the patch grid, e.g. 4x4")
+    parser.add_argument("--tile-at", default=None, metavar="TENSOR", help="fix the split point (a tensor name)")
+
+
+def wants_tiling(args) -> bool:
+    return bool(args.tile or args.tile_grid or args.tile_at or args.tile_budget is not None)
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    """``"4x4"`` -> ``(4, 4)``."""
+    try:
+        r, c = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise UnsupportedError(f"--tile-grid must look like 4x4, got {text!r}") from None
+    if r < 1 or c < 1:
+        raise UnsupportedError(f"--tile-grid must be at least 1x1, got {text!r}")
+    return r, c
+
+
+def search_tiling_for(tg, args, *, inplace: str = "off", tflm: bool | None = False, progress=None):
+    """Run :func:`~tvm_memsched.tflite.tiling.search_tiling` with the command's ``--tile*`` options and print
+    every candidate; returns the TilingResult."""
+    from ..tflite.tiling import DEFAULT_BUDGET, search_tiling
+
+    budget = DEFAULT_BUDGET if args.tile_budget is None else args.tile_budget
+    if not budget >= 0:
+        raise UnsupportedError(f"--tile-budget must be a non-negative fraction, got {budget}")
+    res = search_tiling(tg, budget=budget, split=args.tile_at,
+                        grid=parse_grid(args.tile_grid) if args.tile_grid else None, progress=progress,
+                        inplace=inplace, tflm=tflm)
+    print(f"patch tiling (extra MACs within {100 * budget:.0f}% of the model's {res.model_macs:,}); untiled: "
+          f"scheduled peak {res.untiled_peak_bytes:,} B, plan {res.untiled_plan_bytes:,} B"
+          + ("" if res.untiled_tflm_tail_bytes is None else
+             f", TFLite Micro tail {res.untiled_tflm_tail_bytes:,} B (candidates are ranked by plan + tail)"))
+    print(res.table())
+    if res.chosen is None:
+        print("note: no tiling within the budget plans less than the untiled model; the model is not tiled")
+    else:
+        c = res.chosen
+        print(f"tiled at {c.split} in {c.grid[0]}x{c.grid[1]} patches: plan {res.untiled_plan_bytes:,} -> "
+              f"{c.plan_bytes:,} B, {100 * c.mac_overhead:.1f}% extra MACs")
+    return res
+
+
+def tiled_relax_spec(spec: str, args, progress=None):
+    """``(tiled Relax module or None, TilingResult, untiled module, .tflite bytes)`` for ``--tile`` in
+    ``compare`` and ``micro``: the model's ``.tflite`` is tiled (builtin ops), then imported; the untiled module
+    is imported from the same file (the reference). Needs a ``.tflite`` file or a zoo network."""
+    from ..relax.frontend import from_tflite_bytes
+    from ..tflite.reader import read_tflite
+
+    z = parse_zoo_spec(spec)
+    buf = zoo.tflite(*z) if z is not None else tflite_bytes(spec)
+    if buf is None:
+        raise UnsupportedError(f"--tile rewrites the model's .tflite: give a .tflite file or zoo:NAME[:int8], "
+                               f"got '{spec}'")
+    res = search_tiling_for(read_tflite(buf, label=spec), args, progress=progress)
+    untiled = from_tflite_bytes(buf, spec)
+    if res.chosen is None:
+        return None, res, untiled, buf
+    return from_tflite_bytes(res.buf, spec), res, untiled, buf

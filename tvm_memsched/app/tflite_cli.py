@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .models import load_tflite_spec, parse_zoo_spec
+from .models import add_tile_arguments, load_tflite_spec, parse_zoo_spec, search_tiling_for, wants_tiling
 from .output import table, write_bytes, write_json
 from .progress import progress_for
 
@@ -51,14 +51,7 @@ def add_parsers(subparsers) -> None:
                    help="same as --inplace off")
     s.add_argument("--report", action="store_true",
                    help="measure TFLM arenas (IN / OUT / OUT + plan) and check LiteRT and TFLM outputs bit for bit")
-    s.add_argument("--tile", action="store_true",
-                   help="run the memory-heavy first stage patch by patch (MCUNetV2-style patch tiling in builtin "
-                        "STRIDED_SLICE / PAD / CONCATENATION ops): every split point and grid is scored by our "
-                        "schedule and plan, within the --tile-budget of extra multiply-accumulates")
-    s.add_argument("--tile-budget", type=float, default=None, metavar="FRACTION",
-                   help="extra MACs allowed for tiling, as a fraction of the model's (default 0.15)")
-    s.add_argument("--tile-grid", default=None, metavar="RxC", help="fix the patch grid, e.g. 4x4")
-    s.add_argument("--tile-at", default=None, metavar="TENSOR", help="fix the split point (a tensor name)")
+    add_tile_arguments(s, "MCUNetV2-style patches in builtin STRIDED_SLICE / PAD / CONCATENATION ops")
     s.add_argument("--json", metavar="REPORT.json", help="also write the figures as JSON")
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=run_tflite)
@@ -102,8 +95,13 @@ def run_tflite(args) -> int:
     name = tg.graph.name
     original = tg
     tiling = None
-    if args.tile or args.tile_grid or args.tile_at or args.tile_budget is not None:
-        tg, tiling = _tile(tg, args)
+    if wants_tiling(args):
+        from ..tflite.reader import read_tflite
+
+        tiling = search_tiling_for(tg, args, inplace=args.inplace if args.offline_plan else "off", tflm=None,
+                                   progress=progress_for(args))
+        if tiling.chosen is not None:
+            tg = read_tflite(tiling.buf, name=tg.graph.name)
     res = optimize_tflite(tg, method=args.method, time_limit=args.time_limit, offline_plan=args.offline_plan,
                           measure=args.report, verify=args.report, progress=progress_for(args),
                           inplace=args.inplace)
@@ -141,44 +139,6 @@ def run_tflite(args) -> int:
               "Micro)", file=sys.stderr)
         return 1
     return 0
-
-
-def _parse_grid(text: str) -> tuple[int, int]:
-    from ..core.errors import MemschedError
-
-    try:
-        r, c = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise MemschedError(f"--tile-grid must look like 4x4, got {text!r}") from None
-    if r < 1 or c < 1:
-        raise MemschedError(f"--tile-grid must be at least 1x1, got {text!r}")
-    return r, c
-
-
-def _tile(tg, args):
-    """Search the tiling, print every candidate; returns (the graph to optimize, TilingResult)."""
-    from ..tflite.reader import read_tflite
-    from ..tflite.tiling import DEFAULT_BUDGET, search_tiling
-
-    budget = DEFAULT_BUDGET if args.tile_budget is None else args.tile_budget
-    if budget < 0:
-        from ..core.errors import MemschedError
-        raise MemschedError(f"--tile-budget must be a non-negative fraction, got {budget}")
-    res = search_tiling(tg, budget=budget, split=args.tile_at,
-                        grid=_parse_grid(args.tile_grid) if args.tile_grid else None, progress=progress_for(args),
-                        inplace=args.inplace if args.offline_plan else "off")
-    print(f"patch tiling (extra MACs within {100 * budget:.0f}% of the model's {res.model_macs:,}); untiled: "
-          f"scheduled peak {res.untiled_peak_bytes:,} B, plan {res.untiled_plan_bytes:,} B"
-          + ("" if res.untiled_tflm_tail_bytes is None else
-             f", TFLite Micro tail {res.untiled_tflm_tail_bytes:,} B (candidates are ranked by plan + tail)"))
-    print(res.table())
-    if res.chosen is None:
-        print("note: no tiling within the budget plans less than the untiled model; the model is not tiled")
-        return tg, res
-    c = res.chosen
-    print(f"tiled at {c.split} in {c.grid[0]}x{c.grid[1]} patches: plan {res.untiled_plan_bytes:,} -> "
-          f"{c.plan_bytes:,} B, {100 * c.mac_overhead:.1f}% extra MACs")
-    return read_tflite(res.buf, name=tg.graph.name), res
 
 
 def _check_tiled(original, res, tiling) -> bool:

@@ -620,14 +620,16 @@ def _tflm_available() -> bool:
 
 
 def search_tiling(source, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, split=None, grid=None,
-                  time_limit: float = 5.0, progress=None, inplace: str = "windowed") -> TilingResult:
+                  time_limit: float = 5.0, progress=None, inplace: str = "windowed",
+                  tflm: bool | None = None) -> TilingResult:
     """Try split points x grids, score each by our schedule and offline plan (with the ``inplace`` level the
     plan will use, :mod:`.inplace`); the smallest plan within the MAC ``budget`` wins (see the module
-    docstring). ``split`` / ``grid`` fix one of them."""
+    docstring). ``split`` / ``grid`` fix one of them. ``tflm``: add TFLite Micro's persistent tail to the score
+    (default: when tflite-micro is installed; False for the Relax and microcontroller paths)."""
     tg = source if isinstance(source, TFLiteGraph) else read_tflite(source)
     g = tg.graph
     model_macs = sum(int(op.attrs.get("macs", 0)) for op in g.ops)
-    tflm = _tflm_available() and not tg.offset_buffers
+    tflm = (_tflm_available() if tflm is None else tflm) and not tg.offset_buffers
     base_peak, base_plan, base_tail = _score(tg, inplace, time_limit, tflm, exact=True)
     res = TilingResult(None, None, [], base_peak, base_plan, model_macs, base_tail)
 
