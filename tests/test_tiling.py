@@ -188,3 +188,23 @@ def test_cli_tile_writes_a_bit_identical_smaller_file(tmp_path, capsys):
     assert ratio <= 0.5                                  # a MobileNet-like float model: at most half
     rc = cli_main(["tflite", "zoo:mobilenet_v2", "-o", str(out), "--tile-at", "nope"])
     assert rc == 2
+
+
+@pytest.mark.slow
+def test_compare_tile_checks_tiled_against_untiled(capsys):
+    rc = cli_main(["compare", "zoo:mobilenet_v2:int8", "--tile", "--tile-grid", "3x3", "--tile-at", "block1/project",
+                   "-q"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "tiled outputs bit-identical to the untiled model's" in text
+    ratio = float(text.split("patch tiling: our plan")[1].split("(")[1].split("x")[0])
+    assert ratio >= 2.0
+
+
+@pytest.mark.slow
+def test_micro_tile_runs_in_qemu_against_the_untiled_model(tmp_path, capsys):
+    rc = cli_main(["micro", "zoo:mobilenet_v2:int8", "--board", "mps2-an386", "--out", str(tmp_path), "--tile",
+                   "--tile-grid", "3x3", "--tile-at", "block1/project", "--run", "-q"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "max abs error vs TVM 0 (ok)" in text and "vs TFLite Micro: bit-identical (ok)" in text
