@@ -42,7 +42,8 @@ import numpy as np
 
 from .graph import Graph
 
-__all__ = ["lower_bound", "lower_bound_details", "LowerBound", "must_live_bounds", "cut_lower_bound"]
+__all__ = ["lower_bound", "lower_bound_details", "LowerBound", "must_live_bounds", "cut_lower_bound",
+           "MUST_LIVE_MAX_OPS"]
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,32 @@ def _reach_matrix(graph: Graph) -> np.ndarray:
     return anc
 
 
+#: above this many ops the must-live bound (an n x n reachability matrix) gives way to the per-op bound
+MUST_LIVE_MAX_OPS = 4000
+
+
 def must_live_bounds(graph: Graph) -> np.ndarray:
-    """Per op, the stable footprint it has in every schedule (int64 array of length n)."""
+    """Per op, the stable footprint it has in every schedule (int64 array of length n).
+
+    Computed once per graph object (a copy is returned). Graphs with more than
+    :data:`MUST_LIVE_MAX_OPS` ops get each op's own inputs + outputs + workspace
+    (minus its largest in-place saving) instead: still valid, computed in linear
+    time and memory.
+    """
+    cached = getattr(graph, "_must_live", None)
+    if cached is None:
+        cached = graph._must_live = _must_live(graph)
+    return cached.copy()
+
+
+def _must_live(graph: Graph) -> np.ndarray:
     n = graph.num_ops
     bound = np.array([graph.output_bytes[v] + graph.workspace[v] - graph.max_saving[v] for v in range(n)],
                      dtype=np.int64)
     if n == 0:
+        return bound
+    if n > MUST_LIVE_MAX_OPS:
+        bound += np.array([sum(graph.size[t] for t in graph.op_inputs[v]) for v in range(n)], dtype=np.int64)
         return bound
     anc = _reach_matrix(graph)
     anc_or_self = anc | np.eye(n, dtype=bool)

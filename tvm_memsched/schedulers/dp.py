@@ -43,7 +43,7 @@ import time
 
 from ..core.graph import Graph, bitset
 from ..core.orders import kahn_order, program_order, rpo_order
-from ..core.simulate import peak_of_ids
+from ..core.simulate import footprints, peak_of_ids
 from ..core.bounds import must_live_bounds
 from ..core.errors import UnsupportedError
 from .base import (Deadline, ScheduleResult, cut_bound_if_needed, graph_lower_bound, make_result,
@@ -87,10 +87,6 @@ def heuristic_order(graph: Graph) -> tuple[list[int], int, str]:
     cands.append(("greedy", greedy_order(graph)))
     best = min(cands, key=lambda c: peak_of_ids(graph, c[1]))
     return best[1], peak_of_ids(graph, best[1]), best[0]
-
-
-def _restrict(order: list[int], mask: int) -> list[int]:
-    return [v for v in order if (mask >> v) & 1]
 
 
 def _serenity_search(problem: Problem, hard: int, hard_order: list[int], lower: int, deadline: Deadline,
@@ -163,27 +159,55 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
     cuts = split_points(graph) if divide else []
     bounds = [0] + cuts + [n]
     must_live = must_live_bounds(graph)
-    parts = []
-    prefix = 0
-    for a, b in zip(bounds, bounds[1:]):
+    # parts in linear time: orders by bucketing, resident bytes at each cut incrementally, and each part's
+    # peak from one simulation of the concatenated orders; search problems only for the parts searched
+    part_of = [0] * n
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        for v in graph.topo[a:b]:
+            part_of[v] = k
+    orders: list[list[int]] = [[] for _ in range(len(bounds) - 1)]
+    for v in start_order:
+        orders[part_of[v]].append(v)
+    stable, transient = footprints(graph, [v for o in orders for v in o])
+    peaks, t0s, masks, lbs = [], [], [], []
+    pos = 0
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
         ids = graph.topo[a:b]
-        mask = bitset(ids)
-        part_lb = int(max(must_live[v] for v in ids)) if ids else 0
-        parts.append((Problem(graph, ops=mask, start=prefix, fuse=fuse), _restrict(start_order, mask), part_lb))
-        prefix |= mask
-    orders = [o for _, o, _ in parts]
-    peaks = [pr.evaluate(o) for pr, o, _ in parts]
+        masks.append(bitset(ids))
+        lbs.append(int(max(must_live[v] for v in ids)) if ids else 0)
+        t0s.append(transient[pos])
+        peaks.append(max(stable[pos:pos + len(ids)], default=0))
+        pos += len(ids)
+    prefixes = []
+    prefix = 0
+    for m in masks:
+        prefixes.append(prefix)
+        prefix |= m
+
+    class _Lazy:
+        """A part's search problem, built on first use."""
+
+        def __init__(self, k):
+            self.k, self._p = k, None
+
+        def get(self):
+            if self._p is None:
+                self._p = Problem(graph, ops=masks[self.k], start=prefixes[self.k], fuse=fuse, t0=t0s[self.k])
+            return self._p
+
+    parts = [(_Lazy(k), orders[k], lbs[k]) for k in range(len(masks))]
     global_lb = max(graph_lower_bound(graph), lower)
     states = expanded = 0
     statuses: list = []
     for idx in sorted(range(len(parts)), key=lambda i: -peaks[i]):
-        pr, _, part_lb = parts[idx]
+        lazy, _, part_lb = parts[idx]
         if peaks[idx] <= global_lb:
             statuses.append("not-bottleneck")  # cannot raise the peak: keep the heuristic order
             continue
         if deadline.expired():
             statuses.append("skipped-timeout")
             continue
+        pr = lazy.get()
         if beam_widths:  # a strong hard budget first: beam search on this part
             share = deadline.share(0.3)
             for w in beam_widths:
@@ -215,8 +239,9 @@ def schedule_parts(graph: Graph, deadline: Deadline, *, divide: bool = True, fus
             orders[idx], peaks[idx] = order, peak
         global_lb = max(global_lb, low)  # low is a proven bound on this part, hence on the graph
     order = [v for o in orders for v in o]
-    stats = {"parts": len(parts), "part_sizes": [bin(pr.ops).count("1") for pr, _, _ in parts],
-             "macros": sum(pr.num_macros for pr, _, _ in parts), "states": states, "expanded": expanded,
+    stats = {"parts": len(parts), "part_sizes": [bin(m).count("1") for m in masks],
+             "macros": sum(lz._p.num_macros for lz, _, _ in parts if lz._p is not None), "states": states,
+             "expanded": expanded,
              "strategy": strategy, "part_status": statuses}
     return order, global_lb, stats
 

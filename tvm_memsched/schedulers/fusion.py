@@ -58,23 +58,40 @@ def _link(graph: Graph, u: int, v: int, allowed: int) -> bool:
     return all(graph.producer[t] == u for t in graph.op_inputs[v])
 
 
+def _members_in_topo_order(graph: Graph, mask: int) -> list[int]:
+    """The ops of bitset ``mask`` in ``graph.topo`` order, in time linear in their number."""
+    pos = getattr(graph, "_topo_pos", None)
+    if pos is None:
+        pos = [0] * graph.num_ops
+        for i, v in enumerate(graph.topo):
+            pos[v] = i
+        graph._topo_pos = pos
+    ids = []
+    while mask:
+        low = mask & -mask
+        ids.append(low.bit_length() - 1)
+        mask ^= low
+    return sorted(ids, key=pos.__getitem__)
+
+
 def chains(graph: Graph, ops: int | None = None) -> list[list[int]]:
     """Maximal structural chains (lists of op ids) among the ops in bitset ``ops`` (default all).
 
     Every op appears in exactly one chain (possibly of length 1), in topological order.
     """
     allowed = (1 << graph.num_ops) - 1 if ops is None else ops
+    members = _members_in_topo_order(graph, allowed)
     nxt: dict[int, int] = {}
     has_prev: set[int] = set()
-    for u in range(graph.num_ops):
-        if (allowed >> u) & 1 and len(graph.succs[u]) == 1:
+    for u in members:
+        if len(graph.succs[u]) == 1:
             v = graph.succs[u][0]
             if _link(graph, u, v, allowed):
                 nxt[u] = v
                 has_prev.add(v)
     out = []
-    for u in graph.topo:
-        if not (allowed >> u) & 1 or u in has_prev:
+    for u in members:
+        if u in has_prev:
             continue
         chain = [u]
         while chain[-1] in nxt:

@@ -117,8 +117,12 @@ def _is_concat(graph: Graph, v: int) -> bool:
 
 
 def build_hierarchy(graph: Graph, *, max_group: int = 64, intrusion: bool = True,
-                    intrusion_limit: int = 20000) -> Hierarchy:
-    """Sequences and groups of ``graph`` (see the module docstring)."""
+                    intrusion_limit: int = 20000, deadline: Deadline | None = None) -> Hierarchy:
+    """Sequences and groups of ``graph`` (see the module docstring).
+
+    ``deadline``: checked once per candidate group; when it expires, the groups
+    found so far are kept and the rest of the graph stays as sequences.
+    """
     seqs = chain_segments(graph, push_back=False)
     seq_of_op = [0] * graph.num_ops
     for s, ops in enumerate(seqs):
@@ -170,6 +174,8 @@ def build_hierarchy(graph: Graph, *, max_group: int = 64, intrusion: bool = True
         next_gid += 1
 
     for out in cell_outs:
+        if deadline is not None and deadline.expired():
+            break
         if h.group_of_seq[out] is not None:
             continue
         # the cell body: reachable backwards, post-dominated by `out`, not dominating it
@@ -325,7 +331,7 @@ def schedule_hmcos(graph: Graph, *, time_limit: float | None = None, progress=No
         rpo_pos[v] = i
     best_order, best_peak = rpo, peak_of_ids(graph, rpo)
     rpo_peak = best_peak
-    hier = build_hierarchy(graph, max_group=max_group, intrusion=intrusion)
+    hier = build_hierarchy(graph, max_group=max_group, intrusion=intrusion, deadline=deadline.share(0.5))
     stats: dict = {"rpo_peak": rpo_peak, "sequences": len(hier.seqs), "groups": len(hier.groups),
                    "iterations": []}
     budget = [best_peak]

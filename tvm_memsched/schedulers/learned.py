@@ -466,7 +466,8 @@ class LearnedModel:
         return u - math.log(np.exp(u).sum())
 
     def decode(self, gd: GraphData, enc: dict | None = None, *, rng: np.random.Generator | None = None,
-               record: bool = False, forced: Sequence[int] | Callable | None = None):
+               record: bool = False, forced: Sequence[int] | Callable | None = None,
+               deadline: Deadline | None = None):
         """One decode. Greedy (argmax of the logits) when ``rng`` is None, sampled otherwise.
 
         ``forced`` (a sequence of positions, or a callable ``(state, R, logp) ->
@@ -474,7 +475,8 @@ class LearnedModel:
         ``(positions, peak, logp_sum, records)``; ``logp_sum`` is None for a plain
         greedy decode (it is not needed there and costs a softmax per step); with
         ``record`` each step records ``(R, dyn, glob, chosen index, previous
-        position, log-probabilities over R)``.
+        position, log-probabilities over R)``. When ``deadline`` expires (checked
+        every 64 steps) the decode stops and returns None.
         """
         enc = self.encode(gd) if enc is None else enc
         st = DecodeState(gd)
@@ -485,6 +487,8 @@ class LearnedModel:
         need_lp = record or rng is not None or forced is not None
         total = 0.0 if need_lp else None
         for t in range(gd.n):
+            if deadline is not None and t % 64 == 63 and deadline.expired():
+                return None
             R, dyn, g = st.features()
             h, c = self.lstm(enc, prev, g, h, c)
             if len(R) == 1 and not record:
@@ -519,11 +523,7 @@ class LearnedModel:
         beams = [(0.0, DecodeState(gd), enc["h0"], enc["c0"], -1, [])]
         for t in range(gd.n):
             if deadline is not None and t % 16 == 0 and deadline.expired():
-                # finish every beam greedily
-                out = []
-                for lp0, st, h, c, prev, seq in beams:
-                    out.append(self._finish_greedy(enc, st, h, c, prev, list(seq), lp0))
-                return out
+                return []           # out of time: the beams are dropped (the greedy decode stands)
             cands: dict[int, tuple] = {}
             for b, (lp0, st, h, c, prev, seq) in enumerate(beams):
                 R, dyn, g = st.features()
@@ -546,22 +546,6 @@ class LearnedModel:
                 nxt.append((score, st, h2, c2, k, beams[b][5] + [k]))
             beams = nxt
         return [(seq, int(st.peak) if gd.n else int(gd.live0), lp0) for lp0, st, h, c, prev, seq in beams]
-
-    def _finish_greedy(self, enc, st, h, c, prev, seq, lp0):
-        while len(seq) < st.gd.n:
-            R, dyn, g = st.features()
-            h, c = self.lstm(enc, prev, g, h, c)
-            if len(R) > 1:
-                raw = self.logits(enc, R, dyn, h)
-                j = int(np.argmax(raw))
-                lp0 += float(self.log_softmax(raw)[j])
-            else:
-                j = 0
-            k = int(R[j])
-            st.step(k)
-            seq.append(k)
-            prev = k
-        return seq, int(st.peak), lp0
 
 
 # --------------------------------------------------------------------------- weights
@@ -630,7 +614,15 @@ def learned_order(graph: Graph, *, samples: int = 0, beam: int = 1, seed: int = 
     if gd.n == 0:
         return []
     enc = model.encode(gd)
-    seq, peak, _, _ = model.decode(gd, enc)
+    first = model.decode(gd, enc, deadline=deadline)
+    if first is None:           # the time limit ran out before the model's own decode finished
+        from .greedy import greedy_order
+
+        order = greedy_order(graph)
+        if stats is not None:
+            stats.update(decodes=0, best_from="memory-greedy fallback (time limit)")
+        return order
+    seq, peak, _, _ = first
     best_seq, best_peak, best_from = seq, peak, "greedy"
     decodes = 1
     if beam > 1 and not (deadline is not None and deadline.expired()):
@@ -643,7 +635,10 @@ def learned_order(graph: Graph, *, samples: int = 0, beam: int = 1, seed: int = 
         for _ in range(samples):
             if deadline is not None and deadline.expired():
                 break
-            s, pk, _, _ = model.decode(gd, enc, rng=rng)
+            sampled = model.decode(gd, enc, rng=rng, deadline=deadline)
+            if sampled is None:
+                break
+            s, pk, _, _ = sampled
             decodes += 1
             if pk < best_peak:
                 best_seq, best_peak, best_from = s, pk, "sample"

@@ -54,6 +54,23 @@ def transient_of(graph: Graph, done: int) -> int:
     return tot
 
 
+def _hot_data(graph: Graph):
+    """Per-op tuples the search loops read: inputs ``(t, size, consumer mask, pinned)``, bytes of outputs
+    nobody reads, in-place pairs ``(consumer mask of the input, bytes saved when it dies there)``.
+    Cached on the graph, so the parts of a divided search do not rebuild them (linear, not quadratic)."""
+    data = getattr(graph, "_search_hot_data", None)
+    if data is None:
+        n = graph.num_ops
+        ins = [tuple((t, graph.size[t], graph.consumer_mask[t], graph.pinned[t])
+                     for t in graph.op_inputs[v]) for v in range(n)]
+        dead = [sum(graph.size[t] for t in graph.op_outputs[v]
+                    if not graph.consumers[t] and not graph.pinned[t]) for v in range(n)]
+        inpl = [tuple((graph.consumer_mask[i], saving) for _o, i, _s, saving in graph.inplace[v])
+                for v in range(n)]
+        data = graph._search_hot_data = (ins, dead, inpl)
+    return data
+
+
 class Problem:
     """Schedule the ops of bitset ``ops`` (default: all not in ``start``) after ``start`` has run.
 
@@ -64,7 +81,7 @@ class Problem:
     """
 
     def __init__(self, graph: Graph, ops: int | None = None, start: int = 0, *, fuse: bool = True,
-                 macros: list[tuple[int, ...]] | None = None):
+                 macros: list[tuple[int, ...]] | None = None, t0: int | None = None):
         n = graph.num_ops
         full = (1 << n) - 1
         self.graph = graph
@@ -77,7 +94,7 @@ class Problem:
                 (v,) for v in graph.topo if (self.ops >> v) & 1]
         self.macros = [tuple(m) for m in macros]
         self.target = start | self.ops
-        self.t0 = transient_of(graph, start)
+        self.t0 = transient_of(graph, start) if t0 is None else t0
         k = len(self.macros)
         self.macro_mask = [bitset(m) for m in self.macros]
         owner = {}
@@ -104,16 +121,10 @@ class Problem:
         for i in range(k):
             if self.need[i] & ~start == 0:
                 self.ready0 |= 1 << i
-        # per-op data hoisted for the hot loop
+        # per-op data hoisted for the hot loop (built once per graph: parts share it)
         self._outb = graph.output_bytes
         self._ws = graph.workspace
-        self._ins = [tuple((t, graph.size[t], graph.consumer_mask[t], graph.pinned[t])
-                           for t in graph.op_inputs[v]) for v in range(n)]
-        self._dead_out = [sum(graph.size[t] for t in graph.op_outputs[v]
-                              if not graph.consumers[t] and not graph.pinned[t]) for v in range(n)]
-        # in-place pairs: (consumer mask of the input, bytes saved when it dies at v)
-        self._inpl = [tuple((graph.consumer_mask[i], saving) for _o, i, _s, saving in graph.inplace[v])
-                      for v in range(n)]
+        self._ins, self._dead_out, self._inpl = _hot_data(graph)
 
     def _check_acyclic(self) -> None:
         """Macros must form a DAG, or no schedule runs them all back to back."""
@@ -188,11 +199,17 @@ class Problem:
         return ready
 
     def greedy_completion(self, done: int, live: int, ready: int, peak: int,
-                          limit: int | None = None) -> tuple[list[int], int]:
+                          limit: int | None = None, deadline: Deadline | None = None) -> tuple[list[int], int]:
         """Complete a partial schedule greedily: next macro = lowest stable footprint,
-        ties broken by the lowest resulting live bytes. Returns (macros, peak)."""
+        ties broken by the lowest resulting live bytes. Returns (macros, peak).
+
+        When ``deadline`` expires (checked every 256 steps) the rest is completed
+        in ready order without comparing footprints: still a valid schedule.
+        """
         seq: list[int] = []
         while ready:
+            if deadline is not None and len(seq) % 256 == 255 and deadline.expired():
+                return self._ready_order_completion(done, live, ready, peak, seq)
             best = None
             r = ready
             while r:
@@ -208,6 +225,16 @@ class Problem:
             _, i, done, live, high = best
             if high > peak:
                 peak = high
+            seq.append(i)
+            ready = self.newly_ready(done, ready, i)
+        return seq, peak
+
+    def _ready_order_completion(self, done, live, ready, peak, seq):
+        while ready:
+            low = ready & -ready
+            i = low.bit_length() - 1
+            done, live, high = self.run_macro(done, live, i)
+            peak = max(peak, high)
             seq.append(i)
             ready = self.newly_ready(done, ready, i)
         return seq, peak
@@ -264,7 +291,7 @@ def best_first(problem: Problem, *, upper: int | None = None, upper_order: list[
     start, target = p.start, p.target
     if start == target:
         return SearchResult([], 0, 0, True, "optimal")
-    seq, dive_peak = p.greedy_completion(start, p.t0, p.ready0, 0)
+    seq, dive_peak = p.greedy_completion(start, p.t0, p.ready0, 0, deadline=deadline)
     if upper is None or upper_order is None or dive_peak < upper:
         upper, best = dive_peak, p.expand_order(seq)
     else:
@@ -309,7 +336,7 @@ def best_first(problem: Problem, *, upper: int | None = None, upper_order: list[
         live, ready = entry[1], entry[2]
         if expanded % dive_every == 0:
             dives += 1
-            seq, dpk = p.greedy_completion(done, live, ready, peak)
+            seq, dpk = p.greedy_completion(done, live, ready, peak, deadline=deadline)
             if dpk < upper:
                 upper, best = dpk, p.expand_order(_path(info, start, done) + seq)
                 improvements.append((expanded, dpk))
