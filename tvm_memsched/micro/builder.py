@@ -332,7 +332,10 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
 
+    from ..relax.names import c_safe_names
+
     board = get_board(board)
+    mod, _ = c_safe_names(mod)    # names from the model file never reach generated C as written
     states = model_states(mod)
     io = io_in_arena and not states          # a stateful model's inputs and outputs stay the caller's
     if planner not in ("tvm_memsched", "tvm"):
