@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from ..core.errors import InputFileError
+from ..core.files import atomic_write
 
 __all__ = ["fmt_bytes", "table", "write_json", "write_bytes", "write_results"]
 
@@ -37,10 +38,10 @@ def table(rows: list, header: list) -> str:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path``; a one-line InputFileError if that fails."""
+    """Write ``data`` to ``path`` atomically (:func:`~tvm_memsched.core.files.atomic_write`: complete or not at
+    all); a one-line InputFileError if that fails."""
     try:
-        with open(path, "wb") as f:
-            f.write(data)
+        atomic_write(path, data)
     except OSError as e:
         raise InputFileError(f"cannot write {path}: {e.strerror or e}") from None
 

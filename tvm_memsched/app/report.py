@@ -31,6 +31,7 @@ import platform
 import statistics
 import time
 
+from ..core.files import atomic_write
 from .progress import Progress
 
 __all__ = ["run_report", "write_report", "markdown", "QUICK_MODELS", "FULL_MODELS", "REPORT_METHODS", "published_rows"]
@@ -213,13 +214,10 @@ def write_report(report: dict, out_dir: str, *, plots: bool = True) -> list[str]
     os.makedirs(out_dir, exist_ok=True)
     files = []
     path = os.path.join(out_dir, "results.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
+    atomic_write(path, json.dumps(report, indent=1))
     files.append(path)
     path = os.path.join(out_dir, "results.md")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f"# tvm_memsched benchmark ({report['meta']['date']})\n\n")
-        f.write(markdown(report))
+    atomic_write(path, f"# tvm_memsched benchmark ({report['meta']['date']})\n\n" + markdown(report))
     files.append(path)
     if not plots:
         return files

@@ -31,6 +31,7 @@ import os
 from typing import Any, Mapping
 
 from .errors import GraphError, InputFileError, OrderError
+from .files import atomic_write
 from .graph import Graph, Op
 
 __all__ = ["graph_from_dict", "graph_to_dict", "load_graph", "save_graph", "load_order",
@@ -133,9 +134,8 @@ def load_graph(path: str | os.PathLike) -> Graph:
 
 
 def save_graph(graph: Graph, path: str | os.PathLike) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(graph_to_dict(graph), f, indent=1)
-        f.write("\n")
+    """Write ``graph`` as JSON to ``path`` atomically (complete or not at all)."""
+    atomic_write(path, json.dumps(graph_to_dict(graph), indent=1) + "\n")
 
 
 def load_order(path: str | os.PathLike) -> list:

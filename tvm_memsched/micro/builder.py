@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.errors import BudgetError, MemschedError, UnsupportedError
+from ..core.files import atomic_write
 from .boards import Board, get_board
 
 __all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report"]
@@ -447,9 +448,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         m = _measure(exp)
         exp.flash_bytes, exp.static_ram_bytes, exp.stack_bytes = m.flash_bytes, m.static_ram_bytes, m.stack_bytes
         seconds["measure"] = time.perf_counter() - t0
-    with open(os.path.join(out_dir, f"{name}_report.json"), "w", encoding="utf-8") as f:
-        json.dump(exp.to_dict(), f, indent=1, default=str)
-        f.write("\n")
+    atomic_write(os.path.join(out_dir, f"{name}_report.json"), json.dumps(exp.to_dict(), indent=1, default=str) + "\n")
     files["report"] = os.path.join(exp.out_dir, f"{name}_report.json")
     if check_fit:
         exp.check_fit()
@@ -530,8 +529,7 @@ def _write(out_dir: str, name: str, prog, kernels) -> dict:
 
     def put(kind, fname, text):
         path = os.path.join(out_dir, fname)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        atomic_write(path, text)
         files[kind] = os.path.abspath(path)
 
     put("header", f"{name}.h", prog.header())

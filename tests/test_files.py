@@ -1,0 +1,42 @@
+"""Outputs are written atomically: complete or not at all, the target untouched when writing fails."""
+
+import os
+
+import pytest
+
+from tvm_memsched.app.cli import main as cli_main
+from tvm_memsched.core.files import atomic_write
+
+
+def test_atomic_write_replaces_only_when_complete(tmp_path, monkeypatch):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):                      # a full disk at the last moment
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError):
+        atomic_write(target, b"new content")
+    assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["out.bin"]
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    atomic_write(target, "new")
+    assert target.read_bytes() == b"new" and os.listdir(tmp_path) == ["out.bin"]
+
+
+def test_tflite_output_over_its_input_is_written_whole(tmp_path, monkeypatch, capsys):
+    from tvm_memsched import zoo
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(zoo.tflite("swiftnet_like", "int8"))
+    before = model.read_bytes()
+
+    def failing_fsync(fd):
+        raise OSError(27, "File too large")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    rc = cli_main(["tflite", str(model), "-o", str(model), "--offline-plan", "-q"])
+    assert rc == 2 and "cannot write" in capsys.readouterr().err
+    assert model.read_bytes() == before              # the input survives a failed write
+    assert os.listdir(tmp_path) == ["m.tflite"]
