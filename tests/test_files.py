@@ -40,3 +40,18 @@ def test_tflite_output_over_its_input_is_written_whole(tmp_path, monkeypatch, ca
     assert rc == 2 and "cannot write" in capsys.readouterr().err
     assert model.read_bytes() == before              # the input survives a failed write
     assert os.listdir(tmp_path) == ["m.tflite"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"tensors": [{"name": "a\\nb", "bytes": 9223372036854775808}], "ops": [], "inputs": ["a\\nb"]}',
+     "above the limit of 2**62"),
+    ('{"tensors": [{"name": "a\\ud800", "bytes": 2}], "ops": [], "inputs": ["a\\ud800"]}', "lone surrogate"),
+    ('{"tensors": ' + "[" * 50000 + "]" * 50000 + ', "ops": []}', "nested too deeply"),
+    ('{"tensors": [{"name": "x", "bytes": ' + "9" * 5000 + '}], "ops": []}', "not usable JSON"),
+])
+def test_hostile_graph_json_gives_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "g.json"
+    path.write_text(text)
+    assert cli_main(["schedule", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

@@ -255,6 +255,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped (a newline in a model's tensor name must not split a message)
+    and lone surrogates replaced, so every message is one printable line.
+
+    >>> one_line('bad name "a\\nb"')
+    'bad name "a\\\\nb"'
+    """
+    out = []
+    for ch in text:
+        if ch == "\n" or ch == "\r" or ch == "\t" or ord(ch) < 32 or ord(ch) == 127:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        elif 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -263,7 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except MemschedError as e:
-        print(f"tvm-memsched: error: {e}", file=sys.stderr)
+        print(f"tvm-memsched: error: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("tvm-memsched: error: the input is nested too deeply", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tvm-memsched: interrupted", file=sys.stderr)

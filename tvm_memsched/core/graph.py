@@ -72,20 +72,31 @@ def bitset(ids: Iterable[int]) -> int:
     return mask
 
 
+#: the largest size in bytes a tensor, a workspace or a shift may have (sums of them must stay exact)
+MAX_BYTES = 2 ** 62
+
+
 def _check_size(value, what: str) -> int:
-    """Return ``value`` as an int if it is a non-negative integer, else raise."""
+    """Return ``value`` as an int if it is a non-negative integer up to :data:`MAX_BYTES`, else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, float) and value.is_integer() and value >= 0:
             return int(value)
         raise GraphError(f"{what} must be a non-negative integer number of bytes, got {value!r}")
     if value < 0:
         raise GraphError(f"{what} must be a non-negative integer number of bytes, got {value!r}")
+    if value > MAX_BYTES:
+        raise GraphError(f"{what} is {value if value < 10 ** 30 else 'a ' + str(len(str(value))) + '-digit number'}"
+                         f" bytes, above the limit of 2**62")
     return int(value)
 
 
 def _check_name(value, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise GraphError(f"{what} must be a non-empty string, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise GraphError(f"{what} {value!r} is not valid Unicode text (a lone surrogate)") from None
     return value
 
 

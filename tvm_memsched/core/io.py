@@ -122,6 +122,10 @@ def _read_json(path: str | os.PathLike, what: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputFileError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise InputFileError(f"{path}: the JSON is nested too deeply") from None
+    except ValueError as e:          # e.g. an integer literal with thousands of digits
+        raise InputFileError(f"{path} is not usable JSON: {e}") from None
 
 
 def load_graph(path: str | os.PathLike) -> Graph:
