@@ -199,10 +199,10 @@ def make_result(graph: Graph, ids: Sequence[int], method: str, start: float, *,
 def cut_bound_if_needed(graph: Graph, peak: int, lower: int, deadline: Deadline, share: float = 0.5,
                         candidates=None) -> int:
     """Raise ``lower`` with the cut bound when ``peak`` is not yet proven and budget remains."""
-    from ..core.bounds import cut_lower_bound
+    from ..core.bounds import MUST_LIVE_MAX_OPS, cut_lower_bound
 
-    if peak <= lower or deadline.expired():
-        return lower
+    if peak <= lower or deadline.expired() or graph.num_ops > MUST_LIVE_MAX_OPS:
+        return lower    # on larger graphs one max-flow alone can outlast any time limit
     budget = deadline.share(share)
     return max(lower, cut_lower_bound(graph, candidates, should_stop=budget.expired))
 

@@ -378,6 +378,10 @@ def _cuts(graph: Graph, order: list[int], part_size: int) -> list[int]:
     return cuts
 
 
+#: above this many atoms the whole-graph ILP is not attempted (partitioned directly)
+WHOLE_MAX_ATOMS = 1500
+
+
 @register("ilp", "Zhong et al. ILP (CP-SAT) with optimality-preserving fusion and memory-aware partitioning",
           exact=True)
 def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None, fuse: bool = True,
@@ -402,6 +406,9 @@ def schedule_ilp(graph: Graph, *, time_limit: float | None = 30.0, progress=None
     if progress:
         progress(f"ilp: {graph.num_ops} ops fused into {len(atoms)} atoms")
     whole = None
+    if partition is None and len(atoms) > WHOLE_MAX_ATOMS:
+        partition = True   # far beyond any model CP-SAT solves whole; building it would eat the budget
+        stats["partitioned_because"] = f"{len(atoms)} atoms (whole-graph model tried up to {WHOLE_MAX_ATOMS})"
     if partition is not True:
         try:
             secs, det = deadline.solver_seconds(0.85)
