@@ -14,7 +14,7 @@ import sys
 import time
 
 from ..core.errors import MemschedError
-from .models import add_input_shape_argument, add_tile_arguments, load_graph_spec, wants_tiling
+from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, load_graph_spec, wants_tiling
 from .output import fmt_bytes, table, write_json
 from .progress import progress_for
 
@@ -111,12 +111,13 @@ def cmd_compare(args) -> int:
             untiled, mod = untiled_mod, tiled
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
                 progress=progress_for(args), run=not args.no_run,
-                rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace)
+                rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
+                layout=args.layout)
     print(c.summary())
     if untiled is not None:
         ok, line = _tiled_vs_untiled(untiled, mod, args.target, run=not args.no_run)
         c0 = compare(untiled, args.target, method=args.method, time_limit=args.time_limit, name=name, run=False,
-                     repeat=0, inplace=not args.no_inplace)
+                     repeat=0, inplace=not args.no_inplace, layout=args.layout)
         print(f"  patch tiling: our plan {c0.memsched_planned_bytes / 1e6:.3f} MB untiled -> "
               f"{c.memsched_planned_bytes / 1e6:.3f} MB tiled ({c0.memsched_planned_bytes / c.memsched_planned_bytes:.2f}x); "
               f"TVM default untiled {c0.default_planned_bytes / 1e6:.3f} MB "
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-inplace", action="store_true",
                    help="never let a kernel output take over a dying input (default: where the kernel's TIR "
                         "proves it safe)")
+    add_layout_argument(s)
     add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; .tflite and zoo models")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
                    help="apply identity graph rewriting on our side first (policy, default if-better)")

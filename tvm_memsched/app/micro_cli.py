@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 
 from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available
-from .models import add_input_shape_argument, add_tile_arguments, wants_tiling
+from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, wants_tiling
 from .output import write_json
 from .progress import progress_for
 
@@ -76,6 +76,7 @@ def add_parser(subparsers):
     s.add_argument("--no-inplace", action="store_true",
                    help="never place a kernel output over an input that dies at the call (default: wherever the "
                         "kernel's TIR proves it safe, element by element)")
+    add_layout_argument(s)
     s.add_argument("--inline-padding", action="store_true",
                    help="with --no-shrink-workspace: only inline convolution padding and element-wise stages")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
@@ -154,7 +155,7 @@ def run(args) -> int:
                  shrink_constants=not args.no_shrink_constants,
                  inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
-                 progress=progress, int8=not args.no_int8, inplace=not args.no_inplace)
+                 progress=progress, int8=not args.no_int8, inplace=not args.no_inplace, layout=args.layout)
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
     sides = {"ours": {"ram": exp.ram_bytes, "flash": exp.flash_bytes, "instructions": None}}

@@ -37,7 +37,7 @@ from .. import zoo
 from ..core.errors import InputFileError, MemschedError, UnsupportedError
 
 __all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "parse_input_shapes", "add_input_shape_argument",
-           "is_model_file", "load_graph_spec", "load_relax_spec", "load_tflite_spec", "tflite_bytes"]
+           "add_layout_argument", "is_model_file", "load_graph_spec", "load_relax_spec", "load_tflite_spec", "tflite_bytes"]
 
 #: the prefix of zoo model specs
 ZOO_PREFIX = "zoo:"
@@ -168,6 +168,14 @@ def tflite_bytes(spec: str) -> bytes | None:
     from ..tflite.reader import read_bytes
 
     return read_bytes(spec)[0]
+
+
+def add_layout_argument(parser) -> None:
+    """``--layout``: the data layout our side runs 2-D convolutions in."""
+    parser.add_argument("--layout", default="auto", choices=["auto", "keep", "NHWC", "NCHW"],
+                        help="data layout of our convolutions: auto (default) runs them channels-last (NHWC) with "
+                             "in-place execution, where their outputs can trail their inputs through memory; keep "
+                             "leaves the model's own")
 
 
 def add_tile_arguments(parser, what: str) -> None:

@@ -251,7 +251,7 @@ def _split_pipeline(target, method, time_limit, alignment, progress, options):
 
     p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
                  progress=progress, workspace_shared=True, int8=False, shrink_workspace=False,
-                 shrink_constants=False, **options)
+                 shrink_constants=False, **dict(options, layout="keep"))
     names = p.pass_names()
     f, i, k = names.index("FuseTIR"), names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
@@ -363,12 +363,20 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         seconds["int8"] = time.perf_counter() - t_int8
     reference = mod_ours if planner == "tvm_memsched" else mod
     mod_ours, constant_sites = shrink_constants_(mod_ours) if (ours and shrink_constants) else (mod_ours, [])
+    from ..relax.layout import ChannelsFirstReduction, convolutions_to
+    from ..relax.pipeline import resolve_layout
+
+    conv_layout = resolve_layout(options.pop("layout", "auto"), inplace) if ours else None
+    if conv_layout:
+        mod_ours = _tvm_call(lambda: convolutions_to(mod_ours, conv_layout)[0], "the convolution layout")
     with target:
         fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering") \
             if (tvms or mod_ours is mod) else None
         fused_ours = fused if mod_ours is mod else \
             _tvm_call(lambda: tvm.transform.Sequential(common)(mod_ours), "TVM's Relax lowering")
         kernel_passes = [shrink] if shrink is not None else []
+        if conv_layout == "NHWC":
+            kernel_passes.append(ChannelsFirstReduction())
         pre_ours = _tvm_call(lambda: tvm.transform.Sequential(kernel_passes + lower + [reorder] + middle)(fused_ours),
                              "the Relax pipeline") if ours else None
         pre_tvm = _tvm_call(lambda: tvm.transform.Sequential(lower + middle)(fused), "the Relax pipeline") \

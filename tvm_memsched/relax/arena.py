@@ -92,7 +92,7 @@ class _Seq:
         self.subplans: dict = {}       # If binding var -> (list of branch _Seq, step)
         self.escaping: set = set()     # alloc vars reaching the SeqExpr's result
         self.kernels: list = []        # (step, ordinal, kernel name, workspace bytes) per kernel call
-        self.inplace: list = []        # (step, input alloc var, output alloc var) the kernel allows
+        self.inplace: list = []        # (step, input alloc, output alloc, kernel, shift) the kernel allows
         self.step0 = step0
         self.steps = 0
 
@@ -118,7 +118,7 @@ def _inplace_candidates(st: _Seq, step: int, call, analyzer) -> None:
             break
     if not n_out:
         return
-    for i, o in analyzer.pairs(call.op, args, n_out):
+    for i, o, shift in analyzer.pairs(call.op, args, n_out):
         src, dst = args[i], args[o]
         if not isinstance(src, relax.Var):
             continue
@@ -130,7 +130,7 @@ def _inplace_candidates(st: _Seq, step: int, call, analyzer) -> None:
             continue
         if tensor_bytes(src.ty, "kernel input") != st.owners[a][3]:
             continue                  # a partial view: its bytes are not the whole buffer
-        st.inplace.append((step, a, dst, call.op.name_hint))
+        st.inplace.append((step, a, dst, call.op.name_hint, shift))
 
 
 def _analyze(seq, step0: int, parent: _Seq | None = None, workspace=None, params=(), inplace=None) -> _Seq:
@@ -207,10 +207,14 @@ def _collect_buffers(st: _Seq, alignment: int, io: bool = False):
     planned = {v for v in st.owners if io or v not in st.escaping}
     takes: dict = {}                  # output alloc -> (step, input alloc) it may take over
     taken: set = set()
-    for step, a, o, _kernel in st.inplace:
+    def saving(item):
+        _step, a, o, _kernel, shift = item
+        return -max(0, min(st.owners[o][3] - shift, st.owners[a][3]))
+
+    for step, a, o, _kernel, shift in sorted(st.inplace, key=saving):   # the largest overlap first
         if a in planned and o in planned and a not in taken and o not in takes \
                 and st.last_use.get(a) == step and st.owners[a][1] == st.owners[o][1]:
-            takes[o] = (step, a)
+            takes[o] = (step, a, shift)
             taken.add(a)
     for var, (b, scope, dev, size, start) in st.owners.items():
         if var not in planned:
@@ -218,8 +222,8 @@ def _collect_buffers(st: _Seq, alignment: int, io: bool = False):
         end = max(start, st.last_use.get(var, start))
         alias = None
         if var in takes:              # born at the call that may write it over its dying input
-            step, a = takes[var]
-            alias = (f"{st.owners[a][4]}:{a.name}", 0)
+            step, a, shift = takes[var]
+            alias = (f"{st.owners[a][4]}:{a.name}", -shift)
             start_at = step
         else:
             start_at = start
@@ -347,11 +351,13 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
 
 
 def _taken_kernels(st: _Seq, placed: dict) -> list:
-    """Kernels of the calls whose output the plan put over its input (recursively into branches)."""
+    """Kernels of the calls whose output the plan put over (part of) its input, recursively into branches."""
     out = set()
-    for _step, a, o, kernel in st.inplace:
-        if a in placed and o in placed and placed[a][0] == placed[o][0] and placed[a][1] == placed[o][1]:
-            out.add(kernel)
+    for _step, a, o, kernel, _shift in st.inplace:
+        if a in placed and o in placed and placed[a][0] == placed[o][0] and placed[a][2] == placed[o][2]:
+            (pa, pb), (sa, sb) = (placed[a][1], placed[o][1]), (st.owners[a][3], st.owners[o][3])
+            if pa < pb + sb and pb < pa + sa:
+                out.add(kernel)
     for branches, _ in st.subplans.values():
         for br in branches:
             out.update(_taken_kernels(br, placed))

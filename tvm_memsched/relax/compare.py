@@ -36,7 +36,8 @@ from ..core.errors import MemschedError
 from ..core.simulate import peak_bytes
 from .arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
-from .pipeline import pipeline
+from .layout import ChannelsFirstReduction, convolutions_to
+from .pipeline import pipeline, resolve_layout
 from .transform import ArenaPlanMemory
 from .shrink_constants import shrink_constants as shrink_constants_
 from .target import as_target, stages
@@ -83,6 +84,7 @@ class Comparison:
     memsched_run_seconds: float | None = None
     memsched_planned_no_inplace_bytes: int | None = None  # our order and planner without in-place execution
     inplace_taken: int = 0                                # kernel outputs our plan put over a dying input
+    largest_tensor_bytes: int = 0                         # our largest activation: no in-place plan goes below
 
     @property
     def ratio(self) -> float:
@@ -275,11 +277,16 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             ours_mod = r_mod if rewrites else ours_mod
         if shrink_constants:
             ours_mod = shrink_constants_(ours_mod)[0]
+        conv_layout = resolve_layout(options.get("layout", "auto"), options.get("inplace", True))
+        if conv_layout:
+            ours_mod = convolutions_to(ours_mod, conv_layout)[0]
         m_base = fused if ours_mod is mod else tvm.transform.Sequential(st["dispatch"] + st["legalize"])(ours_mod)
         p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
                      shrink_workspace=shrink_workspace, shrink_constants=False, **options)
         reorder, arena = p.reorder, p.arena
         kernel_passes = ([p.shrink] if p.shrink is not None else []) + extra
+        if conv_layout == "NHWC":
+            kernel_passes.append(ChannelsFirstReduction())
         m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
         m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
         m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
@@ -332,7 +339,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         default_profile=_profile(d_graphs), memsched_profile=_profile(m_graphs),
         layout=[list(x) for f in arena.report for x in f.layout], rewrites=rewrites,
         int8=int8_report.to_dict() if int8_report is not None else None, int8_max_lsb_vs_default=lsb,
-        default_run_seconds=t_d, memsched_run_seconds=t_m)
+        default_run_seconds=t_d, memsched_run_seconds=t_m,
+        largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0))
 
 
 def _max_abs_diff(a, b) -> float:

@@ -225,9 +225,12 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
 
 
 def _inplace_decl(call, var, out_name: str, analyzer, struct_of) -> list:
-    """``[(output, input, 0)]`` when the kernel of ``call`` may write ``var`` over one of its inputs."""
+    """``[(output, input, shift)]``: the input the kernel of ``call`` may write ``var`` over that would
+    save the most bytes (the graph model takes one input per output)."""
     args = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
-    for i, _o in analyzer.pairs(call.args[0], args + [var], 1):
+    best, best_saving = [], 0
+    out_bytes = tensor_bytes(var.ty, "kernel output") if isinstance(getattr(var, "ty", None), relax.TensorType) else 0
+    for i, _o, shift in analyzer.pairs(call.args[0], args + [var], 1):
         src = args[i]
         if not isinstance(src, relax.Var) or not isinstance(getattr(src, "ty", None), relax.TensorType):
             continue
@@ -235,8 +238,10 @@ def _inplace_decl(call, var, out_name: str, analyzer, struct_of) -> list:
         if s[0] != "t" or len(s[1]) != 1:
             continue
         (tname,) = s[1]
-        return [(out_name, tname, 0)]
-    return []
+        saving = min(out_bytes - shift, tensor_bytes(src.ty, "kernel input"))
+        if saving > best_saving:
+            best, best_saving = [(out_name, tname, shift)], saving
+    return best
 
 
 def function_graph(func, name: str = "main") -> Graph:

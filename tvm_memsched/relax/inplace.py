@@ -18,8 +18,13 @@ exact through scheduling):
   overlap is safe.
 
 Anything else (a read of a neighbour element, a reduction over ``i``, ``i``
-read after ``o`` is first written) is rejected. ``call_tir_inplace`` kernels
-and kernels whose TIR cannot be inspected are never aliased.
+read after ``o`` is first written) is not same-index safe.
+:func:`kernel_inplace_shifts` then traces the kernel's loop nest
+(:mod:`~tvm_memsched.relax.access_trace`) for a **shifted** overlap: the output
+starts ``shift`` bytes below the input, far enough that no write lands on an
+input byte a later iteration still reads (a depthwise convolution or a pooling
+lags one input row and one pixel behind its writes). ``call_tir_inplace``
+kernels and kernels whose TIR cannot be inspected are never aliased.
 
 Example
 -------
@@ -41,9 +46,11 @@ import tvm_ffi
 from tvm import relax, tirx
 from tvm.s_tir import SBlock
 
+from .access_trace import access_times, overlap_shift
 from .workspace import walk_stmts
 
-__all__ = ["kernel_inplace_pairs", "InplaceAnalyzer", "allow_aliasing", "candidate_kernels", "NOALIAS"]
+__all__ = ["kernel_inplace_pairs", "kernel_inplace_shifts", "InplaceAnalyzer", "allow_aliasing", "candidate_kernels",
+           "NOALIAS"]
 
 #: the PrimFunc attribute that lets code generators assume kernel buffers never alias (C ``restrict``)
 NOALIAS = "tirx.noalias"
@@ -278,6 +285,41 @@ def kernel_inplace_pairs(func, n_inputs: int, same_shape=None) -> list[tuple[int
     return pairs
 
 
+def kernel_inplace_shifts(func, n_inputs: int, same_shape=None) -> list[tuple[int, int, int]]:
+    """``[(input position, output position, shift)]``: ``func``'s output may overwrite the input when
+    it starts ``shift`` bytes below it (0: same-index or consumed-first, proven structurally; more:
+    the smallest safe lag traced from the loop nest). Each output appears with every input it may
+    take over; an input whose overlap would save nothing is left out.
+
+    Example
+    -------
+    >>> from tvm.script import tirx as T
+    >>> @T.prim_func(s_tir=True)
+    ... def blur(a: T.Buffer((8,), "float32"), b: T.Buffer((8,), "float32")):
+    ...     for i in range(8):
+    ...         with T.sblock("b"):
+    ...             v = T.axis.spatial(8, i)
+    ...             b[v] = a[v] + T.if_then_else(v > 0, a[v - 1], T.float32(0))
+    >>> kernel_inplace_pairs(blur, 1), kernel_inplace_shifts(blur, 1)   # b[i] must stay one element behind
+    ([], [(0, 1, 4)])
+    """
+    exact = set(kernel_inplace_pairs(func, n_inputs, same_shape))
+    out = [(i, o, 0) for i, o in sorted(exact)]
+    params = list(func.params) if isinstance(func, tirx.PrimFunc) else []
+    rest = [(i, o) for o in range(n_inputs, len(params)) for i in range(n_inputs) if (i, o) not in exact]
+    if not rest:
+        return out
+    times = access_times(func)
+    if times is None:
+        return out
+    for i, o in rest:
+        if i in times and o in times:
+            shift = overlap_shift(times[i], times[o])
+            if shift is not None:
+                out.append((i, o, shift))
+    return sorted(out)
+
+
 def _same_type(a, b) -> bool:
     ta, tb = getattr(a, "ty", None), getattr(b, "ty", None)
     if not isinstance(ta, relax.TensorType) or not isinstance(tb, relax.TensorType):
@@ -289,16 +331,16 @@ def _same_type(a, b) -> bool:
 class InplaceAnalyzer:
     """Cached :func:`kernel_inplace_pairs` for the kernels of a module, by call site.
 
-    ``pairs(gvar, args)`` takes a kernel call's argument list (inputs, then
-    outputs as CallTIRRewrite passes them, or ``n_outputs`` given for
-    ``call_tir`` form) and returns ``[(input arg index, output arg index)]``.
+    ``pairs(gvar, args, n_outputs)`` takes a kernel call's argument list (inputs, then
+    ``n_outputs`` outputs, as CallTIRRewrite passes them) and returns
+    ``[(input arg index, output arg index, shift)]`` (see :func:`kernel_inplace_shifts`).
     """
 
     def __init__(self, mod):
         self.mod = mod
         self._cache: dict = {}
 
-    def pairs(self, gvar, args, n_outputs: int) -> list[tuple[int, int]]:
+    def pairs(self, gvar, args, n_outputs: int) -> list[tuple[int, int, int]]:
         try:
             func = self.mod[gvar]
         except (KeyError, ValueError, tvm.TVMError):
@@ -308,7 +350,7 @@ class InplaceAnalyzer:
         n_in = len(args) - n_outputs
         key = (gvar.name_hint, n_in, tuple((str(a.ty) if hasattr(a, "ty") else "") for a in args))
         if key not in self._cache:
-            self._cache[key] = kernel_inplace_pairs(
+            self._cache[key] = kernel_inplace_shifts(
                 func, n_in, lambda i, o: _same_type(args[i], args[o]))
         return self._cache[key]
 

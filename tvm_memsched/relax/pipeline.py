@@ -5,7 +5,10 @@
 with
 
 * ``ShrinkConstants`` first, on the imported operators (constants at their
-  stored shape, not broadcast),
+  stored shape, not broadcast), then ``ConvolutionLayout`` (convolutions
+  channels-last, so that in-place execution can overlap their inputs and
+  outputs; with in-place execution on) and, after fusion, ``ChannelsFirstReduction``
+  (their sums in TVM's NCHW order: bit-identical outputs),
 * ``ShrinkWorkspace`` right after ``FuseTIR`` (kernels without full-size
   temporaries: padding inlined, epilogues per output element),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
@@ -27,10 +30,23 @@ from __future__ import annotations
 import tvm
 
 from .int8.lower import IntegerLowering
+from .layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
 from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
-__all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline"]
+__all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline", "resolve_layout"]
+
+
+def resolve_layout(layout: str | None, inplace: bool) -> str | None:
+    """The convolution layout a ``layout`` option asks for: ``"auto"`` is NHWC with in-place execution
+    (channels-last convolutions overlap their input), else the model's own (None)."""
+    if layout in (None, "keep"):
+        return None
+    if layout == "auto":
+        return "NHWC" if inplace else None
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown convolution layout {layout!r}; use auto, keep or one of {', '.join(LAYOUTS)}")
+    return layout
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemschedPipeline")
@@ -44,7 +60,7 @@ class MemschedPipeline:
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
-                 shrink_workspace=True, shrink_constants=True, inplace=True, **options):
+                 shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.int8 = IntegerLowering() if int8 else None
@@ -58,8 +74,12 @@ class MemschedPipeline:
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target) if shrink_workspace else None
         self.constants = ShrinkConstants() if shrink_constants else None
-        passes = [q for q in (self.int8, self.rewrite, self.constants) if q is not None] + st["dispatch"] \
-            + st["legalize"] + ([self.shrink] if self.shrink is not None else []) + list(extra_passes)
+        conv_layout = resolve_layout(layout, inplace)
+        self.layout = ConvolutionLayout(conv_layout) if conv_layout else None
+        self.reduction = ChannelsFirstReduction() if conv_layout == "NHWC" else None
+        first = (self.int8, self.rewrite, self.constants, self.layout)
+        passes = [q for q in first if q is not None] + st["dispatch"] \
+            + st["legalize"] + [q for q in (self.shrink, self.reduction) if q is not None] + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
             if p.info.name == "RewriteDataflowReshape" and self.reorder is not None:
@@ -84,7 +104,8 @@ class MemschedPipeline:
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
-             shrink_constants: bool = True, inplace: bool = True, **options) -> MemschedPipeline:
+             shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto",
+             **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
     ``int8=True`` (default) first lowers quantized (dequantize/quantize) operator
@@ -98,11 +119,14 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     :class:`~tvm_memsched.transform.IdentityRewrite` options) runs the identity
     rewriting first, on the imported operators. ``inplace=False`` never lets a kernel output
     share memory with a dying input (default: wherever the kernel's TIR proves it safe, in
-    the reorder and in the arena plan). Other options go to the scheduler.
+    the reorder and in the arena plan). ``layout``: data layout of the 2-D convolutions
+    (:class:`~tvm_memsched.transform.ConvolutionLayout`): ``"auto"`` (default) NHWC when
+    ``inplace``, ``"keep"`` the model's own, or ``"NHWC"`` / ``"NCHW"``. Other options go to
+    the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
                             extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,
-                            **options)
+                            layout=layout, **options)
 
 
 def build(mod, target=None, **options):

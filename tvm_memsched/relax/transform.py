@@ -32,6 +32,7 @@ import tvm
 
 from .arena import plan_module
 from .int8.lower import IntegerLowering
+from .layout import ChannelsFirstReduction, ConvolutionLayout
 from .reorder import reorder_module
 from .rewrite import identity_rewrite
 from .shrink_constants import ShrinkConstants
@@ -39,7 +40,8 @@ from .shrink_workspace import ShrinkWorkspace
 from .workspace import WorkspaceMeter
 
 __all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "ShrinkConstants",
-           "IdentityRewrite", "IntegerLowering"]
+           "IdentityRewrite", "IntegerLowering", "ConvolutionLayout",
+           "ChannelsFirstReduction"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")

@@ -1,0 +1,159 @@
+"""``ConvolutionLayout``: run 2-D convolutions channels-last (NHWC) so they can be computed in place.
+
+A channels-first (NCHW) convolution writes output channel ``k`` for every pixel
+before channel ``k + 1``, and every channel plane reads *all* input channels: a
+1x1 expansion or projection can overwrite at most one input plane. Channels
+last, each output pixel is finished before the next one starts and only reads
+input pixels around it, so the output can trail the input through memory
+(:func:`~tvm_memsched.relax.access_trace.overlap_shift` finds how closely) and
+an expansion's input, or a depthwise convolution's, nearly vanishes from the
+peak. The pass is TVM's ``ConvertLayout`` for ``relax.nn.conv2d`` (data NHWC,
+weights OHWI; layout transposes only where the layout changes). Models that
+already are NHWC (TFLite imports) are left as they are; a module TVM cannot
+convert is returned unchanged with a warning.
+
+TVM's NHWC kernels sum over (kernel row, kernel column, input channel), its
+NCHW kernels over (input channel, row, column): float results would differ in
+the last bits. :class:`ChannelsFirstReduction` (after fusion) reorders the
+reduction loops of the NHWC convolution kernels to the NCHW order, so every
+output element is the same float sum as in TVM's default (NCHW) build:
+bit-identical outputs.
+
+Example
+-------
+>>> ConvolutionLayout().info.name, ChannelsFirstReduction().info.name
+('ConvolutionLayout', 'ChannelsFirstReduction')
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import relax, s_tir, tirx
+
+from .workspace import walk_stmts
+
+__all__ = ["ConvolutionLayout", "ChannelsFirstReduction", "convolutions_to", "channels_first_reduction", "LAYOUTS"]
+
+#: TVM's names of the NHWC convolution blocks (topi) whose reduction is (ry, rx, rc)
+NHWC_BLOCKS = ("conv2d_nhwc", "group_conv2d_nhwc", "depthwise_conv2d_nhwc")
+
+log = logging.getLogger(__name__)
+
+#: data layout -> kernel layout ConvertLayout is asked for
+LAYOUTS = {"NHWC": "OHWI", "NCHW": "OIHW"}
+
+
+def _conv_layouts(mod) -> list[str]:
+    found = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d":
+            found.append(str(e.attrs.data_layout))
+
+    for _, f in mod.functions_items():
+        if isinstance(f, relax.Function):
+            relax.analysis.post_order_visit(f.body, visit)
+    return found
+
+
+def convolutions_to(mod, layout: str = "NHWC") -> tuple["tvm.IRModule", int]:
+    """``(module, convolutions converted)`` with every ``relax.nn.conv2d`` in data layout ``layout``."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown convolution layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+    n = sum(1 for x in _conv_layouts(mod) if x != layout)
+    if not n:
+        return mod, 0
+    try:
+        new = relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, LAYOUTS[layout]]})(mod)
+        new = relax.transform.DeadCodeElimination()(new)
+    except Exception as e:  # noqa: BLE001 - TVM's own checks: keep the module as imported
+        log.warning("ConvolutionLayout: %s kept as imported (%s)", layout, str(e).strip().splitlines()[-1:])
+        return mod, 0
+    return new, n
+
+
+@tvm.transform.module_pass(opt_level=0, name="ConvolutionLayout")
+class ConvolutionLayout:
+    """Convert every ``relax.nn.conv2d`` to data layout ``layout`` (see the module docstring).
+
+    Parameters
+    ----------
+    layout : {"NHWC", "NCHW"}
+        The data layout; weights follow (OHWI / OIHW).
+
+    ``.converted`` holds how many convolutions the last run converted.
+    """
+
+    def __init__(self, layout: str = "NHWC"):
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown convolution layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+        self.layout = layout
+        self.converted = 0
+
+    def transform_module(self, mod, ctx):
+        new, self.converted = convolutions_to(mod, self.layout)
+        return new
+
+
+def _reorder_block(func, name: str):
+    """``func`` with the three reduction loops right above block ``name`` turned from (ry, rx, rc), the
+    order of the block's reduction axes, into (rc, ry, rx); None when the loops are not exactly those."""
+    sch = s_tir.Schedule(func)
+    blk = sch.get_sblock(name)
+    loops = list(sch.get_loops(blk))
+    realize = [None]
+    walk_stmts(sch.mod["main"].body, lambda x: realize.__setitem__(0, x)
+               if isinstance(x, s_tir.SBlockRealize) and x.block.name_hint == name else None)
+    rz = realize[0]
+    if rz is None or len(loops) < 3:
+        return None
+    red = [val for iv, val in zip(rz.block.iter_vars, rz.iter_values) if int(iv.iter_type) == 2]  # CommReduce
+    inner = [sch.get(lp).loop_var for lp in loops[-3:]]
+    if len(red) != 3 or any(not (isinstance(v, tvm.ir.Var) and v.same_as(lv)) for v, lv in zip(red, inner)):
+        return None
+    ry, rx, rc = loops[-3:]
+    sch.reorder(rc, ry, rx)
+    return sch.mod["main"]
+
+
+def channels_first_reduction(mod) -> tuple["tvm.IRModule", list[str]]:
+    """``(module, kernels changed)``: NHWC convolution reductions reordered to TVM's NCHW order (rc, ry, rx)."""
+    new = mod
+    changed = []
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        names = []
+        walk_stmts(func.body, lambda s: names.append(s.name_hint)
+                   if isinstance(s, s_tir.SBlock) and s.name_hint.startswith(NHWC_BLOCKS) else None)
+        f = func
+        for name in names:
+            try:
+                g = _reorder_block(f.with_attr("global_symbol", "main"), name)
+            except Exception:  # noqa: BLE001 - a kernel the schedule cannot reorder keeps its order
+                g = None
+            if g is not None:
+                f = g.with_attrs(func.attrs) if func.attrs is not None else g
+        if f is not func:
+            if new is mod:
+                new = mod.clone()
+            new[gv] = f
+            changed.append(gv.name_hint)
+    return new, changed
+
+
+@tvm.transform.module_pass(opt_level=0, name="ChannelsFirstReduction")
+class ChannelsFirstReduction:
+    """Reorder the reduction of TVM's NHWC convolution kernels to its NCHW order (see the module docstring).
+
+    Runs after ``FuseTIR`` (and ``ShrinkWorkspace``); ``.changed`` lists the kernels of the last run.
+    """
+
+    def __init__(self):
+        self.changed: list[str] = []
+
+    def transform_module(self, mod, ctx):
+        new, self.changed = channels_first_reduction(mod)
+        return new
