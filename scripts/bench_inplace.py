@@ -38,8 +38,8 @@ TFLITE_MODELS = [("resnet", "float32"), ("resnet", "int8"), ("mobilenet_v2", "fl
                  ("hrnet_tiny", "float32"), ("hrnet_tiny", "int8"), ("densenet_like", "float32"),
                  ("densenet_like", "int8"), ("swiftnet_like", "int8")]
 RELAX_MODELS = ["zoo:resnet", "zoo:mobilenet_v2", "zoo:hrnet_tiny", "zoo:densenet_like", "zoo:swiftnet_like",
-                "zoo:resnet:int8", "zoo:hrnet_tiny:int8"]
-MICRO_MODELS = ["zoo:resnet:int8", "zoo:hrnet_tiny", "zoo:resnet"]
+                "zoo:resnet:int8", "zoo:hrnet_tiny:int8", "zoo:mobilenet_v2:int8"]
+MICRO_MODELS = ["zoo:resnet:int8", "zoo:hrnet_tiny", "zoo:resnet", "zoo:mobilenet_v2"]
 
 
 def tflite_row(label: str, buf: bytes) -> dict:

@@ -139,9 +139,11 @@ def run(args) -> int:
 
         tiled, _, untiled, buf = tiled_relax_spec(args.model, args, progress=progress_for(args))
         if tiled is not None:           # --run checks against the untiled model (TVM, and TFLite Micro's file)
-            original, mod, tfl = untiled, tiled, buf
-            tflm_readable = tflite_available() and not offset_buffer_count(tfl)
-            compare_tflm = tflm_readable if args.compare_tflm is None else compare_tflm
+            original, mod = untiled, tiled
+            if buf is not None:
+                tfl = buf
+                tflm_readable = tflite_available() and not offset_buffer_count(tfl)
+                compare_tflm = tflm_readable if args.compare_tflm is None else compare_tflm
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
 

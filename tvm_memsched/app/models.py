@@ -206,16 +206,24 @@ def parse_grid(text: str) -> tuple[int, int]:
 
 
 def search_tiling_for(tg, args, *, inplace: str = "off", tflm: bool | None = False, progress=None):
-    """Run :func:`~tvm_memsched.tflite.tiling.search_tiling` with the command's ``--tile*`` options and print
-    every candidate; returns the TilingResult."""
-    from ..tflite.tiling import DEFAULT_BUDGET, search_tiling
+    """Run :func:`~tvm_memsched.tflite.tiling.search_tiling` (``tg`` a TFLiteGraph) or
+    :func:`~tvm_memsched.relax.tiling.search_tiling` (``tg`` a Relax module) with the command's ``--tile*``
+    options and print every candidate; returns the TilingResult."""
+    from ..core.tiling import DEFAULT_BUDGET
 
     budget = DEFAULT_BUDGET if args.tile_budget is None else args.tile_budget
     if not budget >= 0:
         raise UnsupportedError(f"--tile-budget must be a non-negative fraction, got {budget}")
-    res = search_tiling(tg, budget=budget, split=args.tile_at,
-                        grid=parse_grid(args.tile_grid) if args.tile_grid else None, progress=progress,
-                        inplace=inplace, tflm=tflm)
+    grid = parse_grid(args.tile_grid) if args.tile_grid else None
+    if hasattr(tg, "functions_items"):          # a Relax module
+        from ..relax.tiling import search_tiling as relax_search
+
+        res = relax_search(tg, budget=budget, split=args.tile_at, grid=grid, progress=progress)
+    else:
+        from ..tflite.tiling import search_tiling
+
+        res = search_tiling(tg, budget=budget, split=args.tile_at, grid=grid, progress=progress,
+                            inplace=inplace, tflm=tflm)
     print(f"patch tiling (extra MACs within {100 * budget:.0f}% of the model's {res.model_macs:,}); untiled: "
           f"scheduled peak {res.untiled_peak_bytes:,} B, plan {res.untiled_plan_bytes:,} B"
           + ("" if res.untiled_tflm_tail_bytes is None else
@@ -233,15 +241,17 @@ def search_tiling_for(tg, args, *, inplace: str = "off", tflm: bool | None = Fal
 def tiled_relax_spec(spec: str, args, progress=None):
     """``(tiled Relax module or None, TilingResult, untiled module, .tflite bytes)`` for ``--tile`` in
     ``compare`` and ``micro``: the model's ``.tflite`` is tiled (builtin ops), then imported; the untiled module
-    is imported from the same file (the reference). Needs a ``.tflite`` file or a zoo network."""
+    is imported from the same file (the reference). Other models (ONNX, .pt2) are tiled by the Relax rewrite
+    (:mod:`tvm_memsched.relax.tiling`); the .tflite bytes are then None."""
     from ..relax.frontend import from_tflite_bytes
     from ..tflite.reader import read_tflite
 
     z = parse_zoo_spec(spec)
     buf = zoo.tflite(*z) if z is not None else tflite_bytes(spec)
-    if buf is None:
-        raise UnsupportedError(f"--tile rewrites the model's .tflite: give a .tflite file or zoo:NAME[:int8], "
-                               f"got '{spec}'")
+    if buf is None:                       # ONNX, .pt2, Relax: the Relax rewrite (tvm_memsched.relax.tiling)
+        untiled, _ = load_relax_spec(spec, input_shapes=getattr(args, "input_shape", None))
+        res = search_tiling_for(untiled, args, progress=progress)
+        return res.buf, res, untiled, None
     res = search_tiling_for(read_tflite(buf, label=spec), args, progress=progress)
     untiled = from_tflite_bytes(buf, spec)
     if res.chosen is None:

@@ -85,6 +85,7 @@ class Comparison:
     memsched_planned_no_inplace_bytes: int | None = None  # our order and planner without in-place execution
     inplace_taken: int = 0                                # kernel outputs our plan put over a dying input
     largest_tensor_bytes: int = 0                         # our largest activation: no in-place plan goes below
+    tiling: dict | None = None                            # compare(tile=...): the patch tiling search
 
     @property
     def ratio(self) -> float:
@@ -221,7 +222,7 @@ def time_vm(ex, inputs, func: str = "main", repeat: int = 5) -> float:
 def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
             seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
             rewrite=False, int8: bool = True, repeat: int = 5, shrink_workspace: bool = True,
-            shrink_constants: bool = True, **options) -> Comparison:
+            shrink_constants: bool = True, tile=False, **options) -> Comparison:
     """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
 
     ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
@@ -233,7 +234,9 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     the integer difference to TVM's float emulation is reported. ``repeat``:
     runs of each executable for the median run time (0 skips timing).
     ``shrink_workspace=False`` keeps TVM's kernels on our side too,
-    ``shrink_constants=False`` the constants as imported.
+    ``shrink_constants=False`` the constants as imported. ``tile``: patch-tile our side's first
+    stage first (:class:`~tvm_memsched.relax.tiling.PatchTiling`; ``True`` or a dict of its
+    options); the outputs are still checked against TVM's default build of the untiled model.
     """
     target = as_target(target)
     st = stages(target)
@@ -259,13 +262,20 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         t_default = time.perf_counter() - t0 + t_common
         # ---- ours (ShrinkWorkspace and extra passes run after FuseTIR, as in pipeline())
         t0 = time.perf_counter()
-        ours_mod, int8_report = mod, None
+        ours_mod, int8_report, tiling = mod, None, None
+        if tile:
+            from .tiling import PatchTiling
+
+            tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
+            ours_mod = tiling(mod)
+        untiled = ours_mod is mod
         if int8:
             from .int8.lower import lower_int8
 
-            ours_mod, int8_report = lower_int8(mod)
+            base = ours_mod
+            ours_mod, int8_report = lower_int8(base)
             if not int8_report.total:
-                ours_mod, int8_report = mod, None
+                ours_mod, int8_report = base, None
         rewrites = []
         if rewrite:
             from .rewrite import identity_rewrite
@@ -311,7 +321,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         if int8_report is not None:
             # same arithmetic on both sides: TVM's default build of the lowered module is the reference
             lsb = _max_abs_diff(a, b)
-            a = run_vm(tvm.compile(ours_mod, target), inputs)
+            ref = ours_mod if untiled else lower_int8(mod)[0]
+            a = run_vm(tvm.compile(ref, target), inputs)
         numerics_ok = len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, rtol=rtol, atol=atol)
                                                for x, y in zip(a, b))
         diff = _max_abs_diff(a, b)
@@ -340,7 +351,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         layout=[list(x) for f in arena.report for x in f.layout], rewrites=rewrites,
         int8=int8_report.to_dict() if int8_report is not None else None, int8_max_lsb_vs_default=lsb,
         default_run_seconds=t_d, memsched_run_seconds=t_m,
-        largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0))
+        largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0),
+        tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None)
 
 
 def _max_abs_diff(a, b) -> float:

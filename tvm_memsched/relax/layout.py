@@ -36,6 +36,8 @@ from .workspace import walk_stmts
 
 __all__ = ["ConvolutionLayout", "ChannelsFirstReduction", "convolutions_to", "channels_first_reduction", "LAYOUTS"]
 
+#: module attribute ConvolutionLayout sets when it turned NCHW convolutions into NHWC ones
+CONVERTED_ATTR = "tvm_memsched.nhwc_from_nchw"
 #: TVM's names of the NHWC convolution blocks (topi) whose reduction is (ry, rx, rc)
 NHWC_BLOCKS = ("conv2d_nhwc", "group_conv2d_nhwc", "depthwise_conv2d_nhwc")
 
@@ -68,6 +70,8 @@ def convolutions_to(mod, layout: str = "NHWC") -> tuple["tvm.IRModule", int]:
     try:
         new = relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, LAYOUTS[layout]]})(mod)
         new = relax.transform.DeadCodeElimination()(new)
+        if layout == "NHWC":                       # ChannelsFirstReduction restores the NCHW summation order
+            new = new.with_attr(CONVERTED_ATTR, True)
     except Exception as e:  # noqa: BLE001 - TVM's own checks: keep the module as imported
         log.warning("ConvolutionLayout: %s kept as imported (%s)", layout, str(e).strip().splitlines()[-1:])
         return mod, 0
@@ -119,7 +123,13 @@ def _reorder_block(func, name: str):
 
 
 def channels_first_reduction(mod) -> tuple["tvm.IRModule", list[str]]:
-    """``(module, kernels changed)``: NHWC convolution reductions reordered to TVM's NCHW order (rc, ry, rx)."""
+    """``(module, kernels changed)``: NHWC convolution reductions reordered to TVM's NCHW order (rc, ry, rx).
+
+    Only in a module whose convolutions :func:`convolutions_to` converted from NCHW (a model written
+    NHWC keeps TVM's NHWC order, which its default build uses too)."""
+    attrs = mod.attrs
+    if attrs is None or CONVERTED_ATTR not in attrs:
+        return mod, []
     new = mod
     changed = []
     for gv, func in mod.functions_items():

@@ -31,6 +31,7 @@ import tvm
 
 from .int8.lower import IntegerLowering
 from .layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
+from .tiling import PatchTiling
 from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
@@ -60,7 +61,8 @@ class MemschedPipeline:
 
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
-                 shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", **options):
+                 shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", tile=False,
+                 **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.int8 = IntegerLowering() if int8 else None
@@ -77,7 +79,10 @@ class MemschedPipeline:
         conv_layout = resolve_layout(layout, inplace)
         self.layout = ConvolutionLayout(conv_layout) if conv_layout else None
         self.reduction = ChannelsFirstReduction() if conv_layout == "NHWC" else None
-        first = (self.int8, self.rewrite, self.constants, self.layout)
+        self.tiling = None
+        if tile:
+            self.tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
+        first = (self.tiling, self.int8, self.rewrite, self.constants, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
             + st["legalize"] + [q for q in (self.shrink, self.reduction) if q is not None] + list(extra_passes)
         for p in st["dataflow_lower"]:
@@ -104,7 +109,7 @@ class MemschedPipeline:
 def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
-             shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto",
+             shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto", tile=False,
              **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
@@ -121,12 +126,13 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     share memory with a dying input (default: wherever the kernel's TIR proves it safe, in
     the reorder and in the arena plan). ``layout``: data layout of the 2-D convolutions
     (:class:`~tvm_memsched.transform.ConvolutionLayout`): ``"auto"`` (default) NHWC when
-    ``inplace``, ``"keep"`` the model's own, or ``"NHWC"`` / ``"NCHW"``. Other options go to
-    the scheduler.
+    ``inplace``, ``"keep"`` the model's own, or ``"NHWC"`` / ``"NCHW"``. ``tile=True`` (or a dict
+    of its options) first patch-tiles the model's first stage
+    (:class:`~tvm_memsched.relax.tiling.PatchTiling`). Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
                             extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,
-                            layout=layout, **options)
+                            layout=layout, tile=tile, **options)
 
 
 def build(mod, target=None, **options):

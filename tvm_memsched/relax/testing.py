@@ -19,7 +19,7 @@ import random
 import numpy as np
 from tvm import relax
 
-__all__ = ["branchy_module", "random_module", "weight"]
+__all__ = ["branchy_module", "random_module", "weight", "conv_stack_module"]
 
 
 def weight(rng: np.random.Generator, *shape, scale: float = 1.0) -> relax.Constant:
@@ -146,3 +146,63 @@ def random_module(seed: int = 0, n_ops: int = 12, channels=(4, 8, 16), size: int
         bb.emit_func_output(out)
     mod = bb.finalize()
     return (mod, values) if params_as_inputs else mod
+
+
+def conv_stack_module(layout: str = "NCHW", size: int = 24, channels: int = 8, seed: int = 0, *,
+                      layers=None, batch_norm: bool = False):
+    """A MobileNet-like stem: a list of ``(kind, out channels, kernel, stride, dilation, padding)`` layers
+    (``kind``: ``conv``, ``dw`` (depthwise), ``max`` / ``avg`` pooling, ``relu6``, ``bias``), then a
+    global mean and a dense head. ``layout``: NCHW or NHWC (weights OIHW / OHWI).
+
+    Example
+    -------
+    >>> mod = conv_stack_module("NHWC", size=12)
+    >>> [int(d) for d in mod["main"].params[0].ty.shape]
+    [1, 12, 12, 3]
+    """
+    rng = np.random.default_rng(seed)
+    if layers is None:
+        layers = [("conv", channels, 3, 2, 1, 1), ("bias",), ("relu6",), ("dw", channels, 3, 1, 1, 1), ("relu6",),
+                  ("conv", 2 * channels, 1, 1, 1, 0), ("dw", 2 * channels, 3, 2, 1, 1), ("relu6",),
+                  ("conv", channels, 1, 1, 1, 0), ("max", channels, 2, 2, 1, 0)]
+    nhwc = layout == "NHWC"
+    shape = [1, size, size, 3] if nhwc else [1, 3, size, size]
+    cax = 3 if nhwc else 1
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h, c = x, 3
+            for spec in layers:
+                kind = spec[0]
+                if kind in ("conv", "dw"):
+                    _, co, k, s, d, p = spec
+                    groups = c if kind == "dw" else 1
+                    co = c if kind == "dw" else co
+                    w = weight(rng, co, c // groups, k, k)
+                    if nhwc:
+                        w = relax.const(np.transpose(w.value.numpy(), (0, 2, 3, 1)).copy())
+                    h = bb.emit(relax.op.nn.conv2d(h, w, strides=s, padding=p, dilation=d, groups=groups,
+                                                   data_layout=layout, kernel_layout="OHWI" if nhwc else "OIHW"))
+                    c = co
+                    if batch_norm:
+                        ch = [c]
+                        stats = [relax.const(rng.uniform(0.5, 1.5, ch).astype("float32")),
+                                 relax.const(rng.standard_normal(ch).astype("float32") * 0.1),
+                                 relax.const(rng.standard_normal(ch).astype("float32") * 0.1),
+                                 relax.const(rng.uniform(0.5, 1.5, ch).astype("float32"))]
+                        bn = bb.emit(relax.op.nn.batch_norm(h, *stats, axis=cax))
+                        h = bb.emit(relax.TupleGetItem(bn, 0))
+                elif kind in ("max", "avg"):
+                    _, _, k, s, d, p = spec
+                    fn = relax.op.nn.max_pool2d if kind == "max" else relax.op.nn.avg_pool2d
+                    h = bb.emit(fn(h, k, s, p, d, layout=layout))
+                elif kind == "relu6":
+                    h = bb.emit(relax.op.clip(h, 0.0, 6.0))
+                elif kind == "bias":
+                    b = rng.standard_normal(c).astype("float32")
+                    h = bb.emit(relax.op.add(h, relax.const(b.reshape((1, 1, 1, c) if nhwc else (1, c, 1, 1)))))
+            m = bb.emit(relax.op.mean(h, axis=[1, 2] if nhwc else [2, 3]))
+            y = bb.emit_output(relax.op.matmul(m, weight(rng, c, 10)))
+        bb.emit_func_output(y)
+    return bb.finalize()

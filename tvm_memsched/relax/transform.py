@@ -33,6 +33,7 @@ import tvm
 from .arena import plan_module
 from .int8.lower import IntegerLowering
 from .layout import ChannelsFirstReduction, ConvolutionLayout
+from .tiling import PatchTiling
 from .reorder import reorder_module
 from .rewrite import identity_rewrite
 from .shrink_constants import ShrinkConstants
@@ -41,7 +42,7 @@ from .workspace import WorkspaceMeter
 
 __all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "ShrinkConstants",
            "IdentityRewrite", "IntegerLowering", "ConvolutionLayout",
-           "ChannelsFirstReduction"]
+           "ChannelsFirstReduction", "PatchTiling"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")

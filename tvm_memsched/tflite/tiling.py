@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.errors import UnsupportedError
+from ..core.tiling import DEFAULT_BUDGET, DEFAULT_GRIDS, TilingCandidate, TilingResult, input_range, patch_ranges
 from . import builder
 from .reader import TFLiteGraph, is_constant, load_model, read_tflite
 
@@ -63,26 +64,11 @@ __all__ = ["input_range", "split_points", "tile_model", "search_tiling", "Tiling
 tfl = builder.tfl
 B = tfl.BuiltinOperator
 
-#: grids tried by :func:`search_tiling` (rows x columns of the stage output)
-DEFAULT_GRIDS = ((2, 2), (3, 3), (4, 4), (2, 1), (3, 1), (4, 1), (5, 5), (6, 6), (8, 8))
-#: default budget: extra multiply-accumulates, as a fraction of the model's
-DEFAULT_BUDGET = 0.15
-
 _WINDOW = {"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"}
 _PADS = {"PAD", "PADV2"}
 _UNARY = {"RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "ABS", "NEG",
           "QUANTIZE", "DEQUANTIZE", "PRELU"}
 _BINARY = {"ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"}
-
-
-def input_range(a: int, b: int, *, stride: int, kernel: int, dilation: int, pad_before: int,
-                size: int) -> tuple[int, int, int, int]:
-    """Input rows ``[lo, hi)`` a window op needs for output rows ``[a, b)``, and the zero rows
-    ``(before, after)`` its padding adds there: ``hi - lo + before + after`` is the padded window."""
-    start = a * stride - pad_before
-    end = (b - 1) * stride - pad_before + (kernel - 1) * dilation + 1
-    lo, hi = max(0, start), min(size, end)
-    return lo, hi, lo - start, end - hi
 
 
 def _same_pad(size: int, out: int, stride: int, kernel: int, dilation: int) -> int:
@@ -238,61 +224,6 @@ def _stages(tg: TFLiteGraph) -> list[_Stage]:
     return out
 
 
-@dataclass
-class TilingCandidate:
-    """One (split point, grid) considered by :func:`search_tiling`."""
-
-    split: str
-    grid: tuple
-    stage_ops: int
-    tiled_ops: int
-    extra_macs: int
-    mac_overhead: float            # extra MACs / the model's MACs
-    peak_bytes: int | None         # scheduled peak of the tiled graph (auto)
-    plan_bytes: int | None         # our offline plan of it (TFLM head)
-    within_budget: bool
-    seconds: float = 0.0
-    tflm_tail_bytes: int | None = None   # TFLite Micro's persistent tail for the tiled file
-
-    def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["grid"] = f"{self.grid[0]}x{self.grid[1]}"
-        return d
-
-
-@dataclass
-class TilingResult:
-    """The chosen tiling (``buf`` is the tiled ``.tflite``) and every candidate considered."""
-
-    buf: bytes | None
-    chosen: TilingCandidate | None
-    candidates: list = field(default_factory=list)
-    untiled_peak_bytes: int = 0
-    untiled_plan_bytes: int = 0
-    model_macs: int = 0
-    untiled_tflm_tail_bytes: int | None = None
-
-    def table(self) -> str:
-        rows = [["split at", "grid", "stage ops", "ops", "extra MACs", "overhead", "peak", "plan", "TFLM tail", ""]]
-        for c in self.candidates:
-            rows.append([c.split, f"{c.grid[0]}x{c.grid[1]}", str(c.stage_ops), str(c.tiled_ops),
-                         f"{c.extra_macs:,}", f"{100 * c.mac_overhead:.1f}%",
-                         "-" if c.peak_bytes is None else f"{c.peak_bytes:,}",
-                         "-" if c.plan_bytes is None else f"{c.plan_bytes:,}",
-                         "-" if c.tflm_tail_bytes is None else f"{c.tflm_tail_bytes:,}",
-                         ("chosen" if c is self.chosen else "") + ("" if c.within_budget else " over budget")])
-        w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(x.ljust(w[i]) if i < 2 else x.rjust(w[i]) for i, x in enumerate(r)).rstrip()
-                         for r in rows)
-
-
-def _splits(n: int, parts: int) -> list[tuple[int, int]]:
-    """``parts`` nearly equal ranges covering ``[0, n)``."""
-    parts = max(1, min(parts, n))
-    edges = [round(i * n / parts) for i in range(parts + 1)]
-    return [(edges[i], edges[i + 1]) for i in range(parts)]
-
-
 class _Rewriter:
     """Builds the tiled subgraph 0 in a copy of the model."""
 
@@ -423,7 +354,7 @@ def tile_model(tg: TFLiteGraph, split: int | str, grid: tuple[int, int]) -> tupl
         for i in ops[v].inputs:
             readers.setdefault(int(i), []).append(v)
     ts = _shape(tensors[split])
-    patches = [(ry, rx) for ry in _splits(ts[1], n_rows) for rx in _splits(ts[2], n_cols)]
+    patches = [(ry, rx) for ry in patch_ranges(ts[1], n_rows) for rx in patch_ranges(ts[2], n_cols)]
     stage_macs = sum(_op_macs(_kind(model, ops[v]), geoms[v], _shape(tensors[out_of[v]]),
                               _shape(tensors[int(ops[v].inputs[0])])) for v in stage.ops)
     # regions each patch needs of every stage tensor (bounding boxes), backwards through the stage
