@@ -14,8 +14,9 @@ the function's single 4-D input, constants and other stage values, and is one
 of: ``nn.conv2d`` (any stride, dilation, padding, groups; NCHW or NHWC),
 ``nn.max_pool2d`` / ``nn.avg_pool2d`` (no ceil mode), ``nn.batch_norm`` and
 its ``[0]``, element-wise unary operators (relu, clip, sigmoid, silu, ...)
-and element-wise binary operators whose other operand is a stage value of the
-same shape or a constant constant along H and W (biases, per-channel scales).
+``quantize`` / ``dequantize``, and element-wise binary operators whose other
+operand is a stage value of the same shape or a constant constant along H and
+W (biases, per-channel scales).
 No stage value but ``T`` may be read after the stage.
 
 **The rewrite** (:func:`tile_function`): regions are propagated backwards
@@ -26,9 +27,11 @@ element is the same arithmetic over the same inputs: outputs identical to the
 untiled model. Operators are emitted layer by layer; the patch-by-patch order
 is the scheduler's job (``MemoryAwareReorder``), not the rewrite's.
 
-**Choosing where and how much** (:func:`search_tiling`): every split point and
-grid within a budget of extra multiply-accumulates (default 15%) is scored by
-our scheduler's peak on the rewritten block; every candidate is reported.
+**Choosing where and how much** (:func:`search_tiling`): split points in program
+order times grids; a candidate within the budget of extra multiply-accumulates
+(default 15%) is rewritten and scored by our scheduler's peak; a grid over the
+budget is not tried at deeper split points (their halos only grow). Every
+candidate considered is reported.
 
 Example
 -------
@@ -56,7 +59,8 @@ __all__ = ["split_points", "tile_function", "tile_module", "search_tiling", "Pat
 _WINDOW = {"relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 _UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
           "relax.nn.gelu_tanh", "relax.nn.leakyrelu", "relax.negative", "relax.abs", "relax.astype",
-          "relax.nn.batch_norm", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.square", "relax.erf"}
+          "relax.nn.batch_norm", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.square", "relax.erf",
+          "relax.quantize", "relax.dequantize"}
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
            "relax.power", "relax.nn.prelu"}
 _AXES = {"NCHW": (2, 3), "NHWC": (1, 2)}
@@ -104,6 +108,12 @@ class _Stage:
         self.nodes: dict = {}                 # var -> _Node (stage bindings, in order)
         self.order: list = []
         self.layout: str | None = None
+        for b in self.block.bindings:         # the stage's layout: its first window operator's
+            name = _op(b.value)
+            if name in _WINDOW:
+                a = b.value.attrs
+                self.layout = str(a.data_layout if name == "relax.nn.conv2d" else a.layout)
+                break
         stage = {self.x}
         for b in self.block.bindings:
             node = self._node(b.var, b.value, stage)
@@ -172,11 +182,7 @@ class _Stage:
         return self.nodes[v].layout if v in self.nodes else self.layout
 
     def _check_layout(self, node: _Node) -> _Node | None:
-        if node.layout is None:                     # element-wise on the raw input: layout set by a later window
-            return None
-        if self.layout is None:
-            self.layout = node.layout
-        return node if node.layout == self.layout else None
+        return node if node.layout is not None and node.layout == self.layout else None
 
     @staticmethod
     def _constant_over_space(a, layout: str) -> bool:
@@ -219,6 +225,13 @@ def _is_split(st: _Stage, t) -> bool:
     if not any(st.nodes[v].kind == "window" for v in anc):
         return False
     return all(u in anc for v in anc if not v.same_as(t) for u in st.users.get(v, []))
+
+
+def _continued(st: _Stage, name: str) -> bool:
+    """Whether the value ``name`` is read only by one element-wise stage op (batch norm, activation)."""
+    v = next(x for x in st.order if x.name == name)
+    users = st.users.get(v, [])
+    return len(users) == 1 and users[0] in st.nodes and st.nodes[users[0]].kind in ("unary", "item")
 
 
 def split_points(func) -> list[str]:
@@ -293,14 +306,8 @@ class _Emitter:
         return self.emit(relax.op.strided_slice(src, list(axes), begin, end), name)
 
 
-def tile_function(func, split: str, grid: tuple[int, int]) -> tuple["relax.Function", dict]:
-    """``func`` with the stage ending at value ``split`` computed in a ``grid`` of patches.
-
-    Returns ``(new function, info)`` with ``stage_ops``, ``tiled_ops``,
-    ``stage_macs`` and ``tiled_macs``. Raises UnsupportedError when ``split`` is
-    not a split point or the grid is empty.
-    """
-    st = _Stage(func)
+def _plan(st: _Stage, split: str, grid: tuple[int, int]):
+    """``(T, stage, patches, regions per patch, stage MACs, tiled MACs)`` without building anything."""
     t = next((v for v in st.order if v.name == split), None)
     if t is None or not _is_split(st, t):
         raise UnsupportedError(f"'{split}' is not a split point for patch tiling: it must depend only on "
@@ -327,12 +334,34 @@ def tile_function(func, split: str, grid: tuple[int, int]) -> tuple["relax.Funct
                 reg[i] = req if old is None else (min(old[0], req[0]), max(old[1], req[1]),
                                                   min(old[2], req[2]), max(old[3], req[3]))
         need.append(reg)
+    stage_macs = sum(_macs(st.nodes[v], _shape(v)) for v in stage)
+    tiled_macs = 0
+    for reg in need:
+        for v in stage:
+            r = reg.get(v)
+            if r is not None and st.nodes[v].kind == "window":
+                shape = list(_shape(v))
+                shape[axes[0]], shape[axes[1]] = r[1] - r[0], r[3] - r[2]
+                tiled_macs += _macs(st.nodes[v], shape)
+    return t, stage, patches, need, stage_macs, tiled_macs
+
+
+def tile_function(func, split: str, grid: tuple[int, int]) -> tuple["relax.Function", dict]:
+    """``func`` with the stage ending at value ``split`` computed in a ``grid`` of patches.
+
+    Returns ``(new function, info)`` with ``stage_ops``, ``tiled_ops``,
+    ``stage_macs`` and ``tiled_macs``. Raises UnsupportedError when ``split`` is
+    not a split point or the grid is empty.
+    """
+    st = _Stage(func)
+    t, stage, patches, need, stage_macs, tiled_macs = _plan(st, split, grid)
+    n_rows, n_cols = grid
+    axes = _AXES[st.layout]
+    ts = _shape(t)
     xs = _shape(st.x)
     full = (0, xs[axes[0]], 0, xs[axes[1]])
     em = _Emitter()
     have = [{st.x: (st.x, full)} for _ in patches]
-    stage_macs = sum(_macs(st.nodes[v], _shape(v)) for v in stage)
-    tiled_macs = 0
     for v in stage:
         node = st.nodes[v]
         for p, reg in enumerate(need):
@@ -352,7 +381,6 @@ def tile_function(func, split: str, grid: tuple[int, int]) -> tuple["relax.Funct
                 call = _with_padding(node.value, zeros)
                 out = em.emit(relax.Call(call.op, [crop] + list(node.value.args[1:]), call.attrs,
                                          call.ty_args), tag)
-                tiled_macs += _macs(node, _shape(out))
             else:
                 args = []
                 for k, a in enumerate(node.value.args):
@@ -435,10 +463,11 @@ def search_tiling(mod, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, s
                   grid=None, time_limit: float = 2.0, progress=None) -> TilingResult:
     """Try split points x grids of ``mod["main"]``; the smallest scheduled peak within the MAC ``budget`` wins.
 
-    ``split`` / ``grid`` fix one of them. ``res.buf`` is the tiled module
-    (None when no candidate beats the untiled model); every candidate is in
-    ``res.candidates``.
+    ``split`` / ``grid`` fix one of them. ``res.buf`` is the tiled module (constants folded
+    first, as TVM's pipeline does; None when no candidate beats the untiled model); every
+    candidate is in ``res.candidates``.
     """
+    mod = relax.transform.FoldConstant()(mod)     # weight transposes etc. are constants, not activations
     func = mod["main"]
     points = split_points(func)
     if split is not None:
@@ -452,26 +481,37 @@ def search_tiling(mod, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, s
     base = _peak(mod, time_limit)
     res = TilingResult(None, None, [], base, base, model_macs)
     best = None
+    st = _Stage(func)
+    if split is None:               # a value only an element-wise op reads: ending after that op is as good
+        points = [t for t in points if not _continued(st, t)] or points
+    over_at: dict = {}                    # grid -> split point where it first exceeded the budget
     for t in points:
-        for gr in ([tuple(grid)] if grid is not None else grids):
+        for gr in ([tuple(grid)] if grid is not None else [tuple(g) for g in grids]):
+            if gr in over_at and split is None:
+                continue                  # deeper stages only add halo work: over budget there too
             t0 = time.perf_counter()
             try:
-                new, info = tile_module(mod, t, tuple(gr))
+                _, stage, _, _, stage_macs, tiled_macs = _plan(st, t, gr)
             except UnsupportedError:
                 continue
-            extra = info["tiled_macs"] - info["stage_macs"]
+            extra = tiled_macs - stage_macs
             over = extra / model_macs if model_macs else 0.0
-            cand = TilingCandidate(t, tuple(gr), info["stage_ops"], info["tiled_ops"], extra, over, None, None,
-                                   over <= budget)
+            cand = TilingCandidate(t, gr, len(stage), 0, extra, over, None, None, over <= budget)
             if cand.within_budget:
+                new, info = tile_module(mod, t, gr)
+                cand.tiled_ops = info["tiled_ops"]
                 cand.peak_bytes = cand.plan_bytes = _peak(new, time_limit)
                 if best is None or cand.peak_bytes < best[0].peak_bytes:
                     best = (cand, new)
+            else:
+                over_at[gr] = t
             cand.seconds = round(time.perf_counter() - t0, 3)
             res.candidates.append(cand)
             if progress:
                 progress(f"tile at {t} {gr[0]}x{gr[1]}: overhead {100 * over:.1f}%, peak "
                          f"{cand.peak_bytes if cand.peak_bytes is not None else '-'} B")
+        if grid is None and split is None and len(over_at) == len(grids):
+            break                         # every grid is over budget from here on
     if best is not None and best[0].peak_bytes < base:
         res.chosen, res.buf = best
     return res

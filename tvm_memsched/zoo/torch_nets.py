@@ -12,7 +12,10 @@ and resolution:
 * :func:`densenet` - DenseNet-BC (BN-ReLU-Conv dense layers concatenated onto
   the block's input, transitions with average pooling);
 * :func:`shufflenet_v2` - ShuffleNet v2 (channel split, depthwise branches,
-  channel shuffle by reshape-transpose-reshape).
+  channel shuffle by reshape-transpose-reshape);
+* :func:`mobilenet_v2` - MobileNetV2 as torchvision writes it (inverted
+  residuals: 1x1 expansion, 3x3 depthwise, 1x1 linear projection, each with
+  BatchNorm, ReLU6, residual adds; channel counts rounded to multiples of 8).
 
 ``width`` scales every channel count (1.0: the paper's network) and
 ``image_size`` the input; tests use small ones. :func:`export_onnx` writes the
@@ -39,8 +42,8 @@ import warnings
 import torch
 from torch import nn
 
-__all__ = ["squeezenet", "inception_v1", "densenet", "shufflenet_v2", "NETWORKS", "export_onnx", "export_pt2",
-           "example_input"]
+__all__ = ["squeezenet", "inception_v1", "densenet", "shufflenet_v2", "mobilenet_v2", "NETWORKS", "export_onnx",
+           "export_pt2", "example_input"]
 
 
 def _c(n: float, width: float) -> int:
@@ -202,8 +205,53 @@ def shufflenet_v2(width: float = 1.0, num_classes: int = 1000, seed: int = 0, re
 
 
 #: name -> constructor
+# ----------------------------------------------------------------- MobileNetV2
+def _divisible(v: float, divisor: int = 8) -> int:
+    """torchvision's ``_make_divisible``: round to a multiple of 8, never more than 10% down."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+class _ConvBNReLU6(nn.Sequential):
+    def __init__(self, cin, cout, k=3, stride=1, groups=1):
+        super().__init__(nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+                         nn.BatchNorm2d(cout), nn.ReLU6())
+
+
+class _InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = int(round(cin * expand))
+        self.residual = stride == 1 and cin == cout
+        layers = [_ConvBNReLU6(cin, hidden, 1)] if expand != 1 else []
+        layers += [_ConvBNReLU6(hidden, hidden, 3, stride, groups=hidden),
+                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+def mobilenet_v2(width: float = 1.0, num_classes: int = 1000, seed: int = 0) -> nn.Module:
+    """MobileNetV2 (Sandler et al. 2018) as torchvision's ``mobilenet_v2(width_mult=width)``."""
+    torch.manual_seed(seed)
+    setting = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+               (6, 320, 1, 1)]
+    cin = _divisible(32 * width)
+    last = _divisible(1280 * max(1.0, width))
+    layers = [_ConvBNReLU6(3, cin, stride=2)]
+    for t, c, n, s in setting:
+        cout = _divisible(c * width)
+        for i in range(n):
+            layers.append(_InvertedResidual(cin, cout, s if i == 0 else 1, t))
+            cin = cout
+    layers += [_ConvBNReLU6(cin, last, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2),
+               nn.Linear(last, num_classes)]
+    return _randomize(nn.Sequential(*layers), seed)
+
+
 NETWORKS = {"squeezenet": squeezenet, "inception_v1": inception_v1, "densenet": densenet,
-            "shufflenet_v2": shufflenet_v2}
+            "shufflenet_v2": shufflenet_v2, "mobilenet_v2": mobilenet_v2}
 
 
 def example_input(image_size: int = 224, batch: int = 1, seed: int = 0) -> torch.Tensor:
