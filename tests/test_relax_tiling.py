@@ -93,6 +93,14 @@ def test_split_point_errors_and_models_without_a_stage():
         search_tiling(plain)
     tiling = PatchTiling()
     assert tiling(plain)["main"].same_as(plain["main"])        # no stage: the pass leaves it as it is
+    bb = relax.BlockBuilder()                                   # quantized: left to the .tflite rewrite
+    q = relax.Var("q", relax.TensorType([1, 3, 8, 8], "int8"))
+    with bb.function("main", [q]):
+        with bb.dataflow():
+            x = bb.emit(relax.op.dequantize(q, relax.const(0.5, "float32"), relax.const(0, "int32")))
+            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(np.ones((4, 3, 3, 3), "float32")), padding=1))
+        bb.emit_func_output(y)
+    assert split_points(bb.finalize()["main"]) == []
 
 
 def test_compare_tile_plans_less_with_identical_numbers():
@@ -115,3 +123,26 @@ def test_pipeline_tile_option_builds_and_matches():
     ours = run_vm(build(mod, {"kind": "llvm"}, tile={"grid": (2, 2)}), inputs)
     ref = _run(mod, inputs)
     assert all(np.array_equal(a, b) for a, b in zip(ref, ours))
+
+
+@pytest.mark.slow
+def test_torchvision_mobilenet_v2_pt2_tiles_with_identical_outputs(tmp_path):
+    """A real PyTorch export (BatchNorm, ReLU6, residual adds) through the .pt2 frontend and `compare --tile`."""
+    from tvm_memsched.relax.compare import compare
+    from tvm_memsched.relax.frontend import from_file
+    from tvm_memsched.zoo import torch_nets
+
+    path = tmp_path / "mobilenet_v2.pt2"
+    torch_nets.export_pt2(torch_nets.mobilenet_v2(0.35, 10), path, image_size=64)
+    mod = from_file(str(path))
+    plain = compare(mod, repeat=0)
+    tiled = compare(mod, repeat=0, tile=True)
+    chosen = tiled.tiling["chosen"]
+    assert chosen is not None and chosen["mac_overhead"] <= 0.15
+    assert tiled.memsched_planned_bytes < plain.memsched_planned_bytes
+    assert tiled.numerics_ok and tiled.max_abs_diff == 0.0
+    from test_cli import run
+
+    proc = run("compare", str(path), "--tile", "--tile-grid", "2x2", "--no-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "patch tiling" in proc.stdout and "chosen" in proc.stdout

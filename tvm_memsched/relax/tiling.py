@@ -14,9 +14,11 @@ the function's single 4-D input, constants and other stage values, and is one
 of: ``nn.conv2d`` (any stride, dilation, padding, groups; NCHW or NHWC),
 ``nn.max_pool2d`` / ``nn.avg_pool2d`` (no ceil mode), ``nn.batch_norm`` and
 its ``[0]``, element-wise unary operators (relu, clip, sigmoid, silu, ...)
-``quantize`` / ``dequantize``, and element-wise binary operators whose other
-operand is a stage value of the same shape or a constant constant along H and
-W (biases, per-channel scales).
+and element-wise binary operators whose other operand is a stage value of the
+same shape or a constant constant along H and W (biases, per-channel scales).
+Quantized (dequantize/quantize) stages are not tiled here: the integer lowering
+must see each operator whole; int8 ``.tflite`` models are tiled in builtin
+operators instead (:mod:`tvm_memsched.tflite.tiling`, ``--tile`` on a .tflite).
 No stage value but ``T`` may be read after the stage.
 
 **The rewrite** (:func:`tile_function`): regions are propagated backwards
@@ -29,7 +31,9 @@ is the scheduler's job (``MemoryAwareReorder``), not the rewrite's.
 
 **Choosing where and how much** (:func:`search_tiling`): split points in program
 order times grids; a candidate within the budget of extra multiply-accumulates
-(default 15%) is rewritten and scored by our scheduler's peak; a grid over the
+(default 15%) is rewritten and scored by our scheduler's peak, counting the
+overlaps in-place execution will find (element-wise same index, channels-last
+window lags); a grid over the
 budget is not tried at deeper split points (their halos only grow). Every
 candidate considered is reported.
 
@@ -59,8 +63,7 @@ __all__ = ["split_points", "tile_function", "tile_module", "search_tiling", "Pat
 _WINDOW = {"relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 _UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
           "relax.nn.gelu_tanh", "relax.nn.leakyrelu", "relax.negative", "relax.abs", "relax.astype",
-          "relax.nn.batch_norm", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.square", "relax.erf",
-          "relax.quantize", "relax.dequantize"}
+          "relax.nn.batch_norm", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.square", "relax.erf"}
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
            "relax.power", "relax.nn.prelu"}
 _AXES = {"NCHW": (2, 3), "NHWC": (1, 2)}
@@ -446,15 +449,76 @@ def _model_macs(func) -> int:
     return total
 
 
+def _itemsize(expr) -> int:
+    return max(1, tvm.runtime.DataType(str(expr.ty.dtype)).bits // 8)
+
+
+def _nhwc(shape, layout: str) -> list[int]:
+    return list(shape) if layout == "NHWC" else [shape[0], shape[2], shape[3], shape[1]]
+
+
+def _inplace_decl(value, op, graph) -> list:
+    """The overlap our pipeline's in-place execution will (at best) find for this operator, as
+    ``[(output, input, shift)]``: same index for element-wise operators, the NHWC window lag of
+    :func:`~tvm_memsched.core.windows.nhwc_window_shift` for convolutions and pooling (our pipeline
+    runs them channels-last). An estimate for ranking candidates; the final plan is exact."""
+    from ..core.windows import nhwc_window_shift
+
+    name = _op(value)
+    if len(op.outputs) != 1 or not op.inputs or name is None:
+        return []
+    out = op.outputs[0]
+    size = dict(zip((t.name for t in graph.tensors), graph.size))
+    if name in _WINDOW and isinstance(value.args[0], relax.Var):
+        x = value.args[0]
+        src = next((t for t in op.inputs if t.endswith(f":{x.name}")), None)
+        xs, ys = _shape(x), _shape(value)
+        if src is None or xs is None or ys is None or len(xs) != 4:
+            return []
+        a = value.attrs
+        if name == "relax.nn.conv2d":
+            layout, w, kl = str(a.data_layout), _shape(value.args[1]), str(a.kernel_layout)
+            kernel = (w[kl.index("H")], w[kl.index("W")])
+            depthwise = int(a.groups) > 1
+        else:
+            layout, kernel, depthwise = str(a.layout), tuple(int(k) for k in a.pool_size), False
+        if layout not in _AXES or (depthwise and int(a.groups) != _nhwc(xs, layout)[3]):
+            return []
+        pad = [int(p) for p in a.padding]
+        shift = nhwc_window_shift(_nhwc(xs, layout), _nhwc(ys, layout), kernel=kernel,
+                                  stride=tuple(int(v) for v in a.strides), pad_before=(pad[0], pad[1]),
+                                  itemsize=(_itemsize(x), _itemsize(value)),
+                                  dilation=tuple(int(v) for v in a.dilation), depthwise=depthwise,
+                                  pool=name != "relax.nn.conv2d")
+        return [(out, src, shift)] if shift < size[out] else []
+    if name in _UNARY or name in _BINARY:
+        same = [t for t in op.inputs if size.get(t) == size[out]]
+        return [(out, same[0], 0)] if same else []
+    return []
+
+
 def _peak(mod, time_limit: float) -> int:
-    """Our scheduler's peak for ``mod``'s main block (program order if it cannot be scheduled)."""
+    """Our scheduler's peak for ``mod``'s main block, with the overlaps in-place execution will find
+    (program order if it cannot be scheduled)."""
+    from ..core.graph import Graph
     from ..core.simulate import peak_bytes
     from ..schedulers import schedule
-    from .graph import function_graph
+    from .graph import block_to_graph
 
-    g = function_graph(mod["main"])
+    func = mod["main"]
+    k = next(i for i, b in enumerate(func.body.blocks) if isinstance(b, relax.DataflowBlock))
+    bg = block_to_graph(func, k, name="main")
+    g = bg.graph
+    ops = []
+    for op in g.ops:
+        decl = _inplace_decl(bg.block.bindings[bg.binding_of_op[op.name]].value, op, g)
+        ops.append(op.replace(inplace=decl) if decl else op)
     try:
-        return schedule(g, "auto", time_limit=time_limit).peak
+        g = Graph(g.tensors, ops, g.inputs, g.outputs, g.name)
+    except Exception:  # noqa: BLE001 - a declaration the graph refuses: score without overlaps
+        pass
+    try:
+        return schedule(g, "auto", time_limit=time_limit).peak_bytes
     except Exception:  # noqa: BLE001 - a scheduler failure must not hide the candidate: program order
         return peak_bytes(g, [op.name for op in g.ops])
 

@@ -42,6 +42,7 @@ import math
 import numpy as np
 
 from ..core.graph import Graph
+from ..core.windows import nhwc_window_shift
 from .reader import TFLiteGraph
 
 __all__ = ["ELEMENTWISE", "WINDOWED", "MODES", "window_shift", "inplace_declarations", "with_inplace"]
@@ -67,50 +68,17 @@ def window_shift(in_shape, out_shape, *, kernel, stride, padding, itemsize, dila
                  depthwise=False, pool=False) -> int:
     """Bytes the output of an NHWC window op must start below its input to be computed in place.
 
-    Follows TFLM's reference loop nest (batch, out_y, out_x, then output
-    channels; ``depthwise``: input channel then multiplier; ``pool``: channel),
-    where every output element is written after all its reads. Output element
-    ``w`` (in write order) must end at or before the lowest input byte any
-    later element still reads; the shift is the largest excess over all ``w``.
+    TFLite's SAME / VALID ``padding`` turned into the padding before the first
+    row and column, then :func:`~tvm_memsched.core.windows.nhwc_window_shift`
+    (TFLM's reference loop nest).
     """
-    n, h, w, c = (int(d) for d in in_shape)
-    _, ho, wo, co = (int(d) for d in out_shape)
-    kh, kw = kernel
-    sh, sw = stride
-    dh, dw = dilation
-    isz, osz = itemsize
+    _, h, w, _ = (int(d) for d in in_shape)
+    _, ho, wo, _ = (int(d) for d in out_shape)
     same = str(padding).upper() == "SAME"
-    ph = _padding(h, ho, sh, (kh - 1) * dh + 1, same)
-    pw = _padding(w, wo, sw, (kw - 1) * dw + 1, same)
-
-    def first_valid(out_len, size, s, p, k, d):
-        """Per output coordinate: the smallest input coordinate its window reads (size if none)."""
-        base = np.arange(out_len) * s - p
-        f = np.where(base < 0, -(-(-base) // d), 0)          # first tap index landing at >= 0
-        first = base + f * d
-        return np.where((f < k) & (first < size), first, size)
-
-    fy = first_valid(ho, h, sh, ph, kh, dh)
-    fx = first_valid(wo, w, sw, pw, kw, dw)
-    # lowest input element index read by each output element, in write order
-    pix = (fy[:, None] * w + fx[None, :]) * c                   # (ho, wo), channel 0
-    bad = (fy[:, None] >= h) | (fx[None, :] >= w)
-    if depthwise or pool:
-        mult = co // c if depthwise else 1
-        ch = np.repeat(np.arange(c), mult)                     # input channel of each output channel
-        low = pix[:, :, None] + ch[None, None, :]
-    else:
-        low = np.broadcast_to(pix[:, :, None], (ho, wo, co))
-    never = np.int64(2) ** 40                                   # "reads nothing": no constraint
-    low = np.where(bad[:, :, None], never, low).astype(np.int64)
-    per_image = ho * wo * co
-    low = low.reshape(-1)
-    lows = np.concatenate([np.where(low >= never, never, low + b * h * w * c) for b in range(n)])
-    # needed after write k: min of lows[k+1:]
-    after = np.minimum.accumulate(lows[::-1])[::-1]
-    after = np.append(after[1:], never)
-    ends = (np.arange(n * per_image, dtype=np.int64) + 1) * osz
-    return int(max(0, int(np.max(ends - after * isz)) if len(ends) else 0))
+    ph = _padding(h, ho, stride[0], (kernel[0] - 1) * dilation[0] + 1, same)
+    pw = _padding(w, wo, stride[1], (kernel[1] - 1) * dilation[1] + 1, same)
+    return nhwc_window_shift(in_shape, out_shape, kernel=kernel, stride=stride, pad_before=(ph, pw),
+                             itemsize=itemsize, dilation=dilation, depthwise=depthwise, pool=pool)
 
 
 def _shape(t) -> list[int]:
