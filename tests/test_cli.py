@@ -108,7 +108,7 @@ def test_unknown_method_and_bad_time_limit(graph_file):
 
 def test_unwritable_output(graph_file, tmp_path):
     assert_clean_error(run("schedule", str(graph_file), "--method", "rpo", "--output",
-                           str(tmp_path / "no" / "dir" / "o.json")), "cannot write")
+                           str(tmp_path / "no" / "dir" / "o.json")), "cannot write", "does not exist")
 
 
 def test_demo_runs_without_terminal():
@@ -125,3 +125,36 @@ def test_compare_refuses_graph_json_and_corrupt_tflite(tmp_path, graph_file):
     trunc = tmp_path / "trunc.tflite"
     trunc.write_bytes(b"\x1c\x00\x00\x00TFL3" + b"\x00" * 8)
     assert_clean_error(run("compare", str(trunc)), "trunc.tflite")
+
+
+# ------------------------------------------------------------ output paths, before any work
+def test_output_equal_to_input_is_refused_unless_forced(tmp_path):
+    from tvm_memsched.core.generators import random_dag
+    from tvm_memsched.core.io import save_graph
+
+    g = tmp_path / "g.json"
+    save_graph(random_dag(10, seed=2), str(g))
+    before = g.read_bytes()
+    (tmp_path / "link.json").symlink_to(g)
+    for out in ("g.json", "./g.json", str(g)):
+        assert_clean_error(run("schedule", "g.json", "-o", out, "--method", "rpo", cwd=tmp_path), "input file", "--force")
+    assert_clean_error(run("schedule", "link.json", "-o", "g.json", cwd=tmp_path), "input file")
+    assert g.read_bytes() == before
+    proc = run("schedule", "g.json", "-o", "g.json", "--method", "rpo", "--force", "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert g.read_bytes() != before and "order" in g.read_text()
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for args, fragment in [
+        (("tflite", "zoo:resnet", "-o", "out.tflite", "--json", "nodir/r.json"), "does not exist"),
+        (("compare", "zoo:resnet", "--json", "nodir/c.json"), "does not exist"),
+        (("micro", "zoo:resnet", "--board", "mps2-an386", "--out", "file"), "not a directory"),
+        (("micro", "zoo:resnet", "--board", "mps2-an386", "--out", "d", "--json", "nodir/m.json"), "does not exist"),
+        (("micro", "zoo:resnet", "--board", "mps2-an386", "--out", "d", "--host"), "--host only applies with --run"),
+        (("schedule", "zoo:resnet", "-o", "."), "is a directory"),
+        (("tflite", "zoo:resnet", "-o", "same.json", "--json", "same.json"), "same file"),
+    ]:
+        assert_clean_error(run(*args, cwd=tmp_path), fragment)
+    assert not (tmp_path / "out.tflite").exists() and not (tmp_path / "d").exists()   # nothing was made

@@ -36,7 +36,7 @@ def test_tflite_output_over_its_input_is_written_whole(tmp_path, monkeypatch, ca
         raise OSError(27, "File too large")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    rc = cli_main(["tflite", str(model), "-o", str(model), "--offline-plan", "-q"])
+    rc = cli_main(["tflite", str(model), "-o", str(model), "--offline-plan", "-q", "--force"])
     assert rc == 2 and "cannot write" in capsys.readouterr().err
     assert model.read_bytes() == before              # the input survives a failed write
     assert os.listdir(tmp_path) == ["m.tflite"]

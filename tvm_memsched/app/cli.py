@@ -15,7 +15,7 @@ import time
 
 from ..core.errors import MemschedError
 from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, load_graph_spec, wants_tiling
-from .output import fmt_bytes, table, write_json
+from .output import check_paths, fmt_bytes, table, write_json
 from .progress import progress_for
 
 #: when this module was imported (the command's start, for --time-limit)
@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--method", default="auto", choices=available_methods())
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
     s.add_argument("--output", "-o", metavar="OUT.json", help="write the result here (default: stdout)")
+    s.add_argument("--force", action="store_true", help="allow --output to overwrite the input file")
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=cmd_schedule)
 
@@ -296,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "time_limit", None) is not None and not args.time_limit > 0:
         parser.error(f"--time-limit must be positive, got {args.time_limit}")
     try:
+        check_paths(args)
+        if getattr(args, "host", False) and not getattr(args, "run", False):
+            raise MemschedError("--host only applies with --run (build and run the export on this machine)")
         return args.fn(args)
     except MemschedError as e:
         print(f"tvm-memsched: error: {one_line(str(e))}", file=sys.stderr)

@@ -14,11 +14,17 @@ rpo      345
 from __future__ import annotations
 
 import json
+import os
 
-from ..core.errors import InputFileError
+from ..core.errors import InputFileError, MemschedError
 from ..core.files import atomic_write
 
-__all__ = ["fmt_bytes", "table", "write_json", "write_bytes", "write_results"]
+__all__ = ["fmt_bytes", "table", "write_json", "write_bytes", "write_results", "check_paths"]
+
+#: argparse attributes holding input files / output files / output directories
+INPUT_ARGS = ("graph", "model")
+FILE_OUTPUT_ARGS = ("output", "json")
+DIR_OUTPUT_ARGS = ("out",)
 
 
 def fmt_bytes(n: int) -> str:
@@ -61,3 +67,47 @@ def write_results(out_dir: str, stem: str, data, text: str) -> list[str]:
     write_json(paths[0], data)
     write_bytes(paths[1], text.encode())
     return paths
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_paths(args) -> None:
+    """Refuse, before any work, an output path the command could not write or must not overwrite.
+
+    A file output (``-o``, ``--json FILE``) needs an existing, writable directory
+    and must not be a directory; one that is an input file of the command (the
+    same file, by any path) is refused unless ``--force``. An output directory
+    (``--out``) must not be an existing non-directory. Raises MemschedError
+    naming the path.
+    """
+    inputs = [v for v in (getattr(args, k, None) for k in INPUT_ARGS) if isinstance(v, str) and os.path.isfile(v)]
+    force = bool(getattr(args, "force", False))
+    outs = []
+    for k in FILE_OUTPUT_ARGS:
+        path = getattr(args, k, None)
+        if not isinstance(path, str) or not path:
+            continue
+        outs.append(path)
+        flag = "--json" if k == "json" else "--output"
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise MemschedError(f"cannot write {flag} {path!r}: directory {parent!r} does not exist")
+        if os.path.isdir(path):
+            raise MemschedError(f"{flag} {path!r} is a directory")
+        if not os.access(parent, os.W_OK):
+            raise MemschedError(f"cannot write {flag} {path!r}: directory {parent!r} is not writable")
+        if not force and os.path.exists(path) and any(_same_file(path, src) for src in inputs):
+            raise MemschedError(f"{flag} {path!r} is the input file; refusing to overwrite it "
+                                "(give another path, or --force)")
+    if len(outs) == 2 and (os.path.abspath(outs[0]) == os.path.abspath(outs[1])
+                           or (all(os.path.exists(p) for p in outs) and _same_file(*outs))):
+        raise MemschedError(f"--output and --json are the same file {outs[0]!r}")
+    for k in DIR_OUTPUT_ARGS:
+        path = getattr(args, k, None)
+        if isinstance(path, str) and path and os.path.exists(path) and not os.path.isdir(path):
+            raise MemschedError(f"--out {path!r} exists and is not a directory")

@@ -37,6 +37,7 @@ def add_parsers(subparsers) -> None:
                     "TFLM's arena for IN, OUT and OUT + plan and checks bit-identical LiteRT outputs.")
     s.add_argument("model", metavar="IN.tflite", help="a .tflite file, or zoo:NAME[:int8]")
     s.add_argument("--output", "-o", required=True, metavar="OUT.tflite")
+    s.add_argument("--force", action="store_true", help="allow --output to overwrite the input file")
     s.add_argument("--method", default="auto", choices=available_methods(), help="scheduler (default auto)")
     s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="scheduler time limit")
     s.add_argument("--offline-plan", action="store_true",
