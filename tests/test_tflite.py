@@ -331,3 +331,58 @@ def test_cli_tflite_report_and_json(tmp_path, capsys):
     rc = main(["tflite", "zoo:swiftnet_like", "-o", str(tmp_path / "plain.tflite"), "--method", "rpo", "-q"])
     assert rc == 0 and read_offline_plan(load_model((tmp_path / "plain.tflite").read_bytes())) is None
     assert os.path.getsize(tmp_path / "plain.tflite") > 0
+
+
+# ------------------------------------------------------------ corrupt but readable files
+def _mutated(mutate):
+    import copy
+
+    from tvm_memsched import zoo
+    from tvm_memsched.tflite import builder
+    from tvm_memsched.tflite.reader import load_model
+
+    m = copy.deepcopy(load_model(zoo.tflite("resnet", "int8")))
+    mutate(m)
+    return builder.serialize(m)
+
+
+def test_constant_whose_shape_does_not_fit_its_buffer_is_refused():
+    from tvm_memsched.core.errors import InputFileError
+    from tvm_memsched.tflite.reader import read_tflite
+
+    def grow(m):
+        t = next(t for t in m.subgraphs[0].tensors
+                 if int(t.buffer) > 0 and m.buffers[t.buffer].data is not None and len(m.buffers[t.buffer].data))
+        t.shape = [1, 3, 3, 1912602640]
+    with pytest.raises(InputFileError, match=r"constant tensor '.*' has shape \[1, 3, 3, 1912602640\].*buffer holds"):
+        read_tflite(_mutated(grow))
+
+
+def test_activation_with_a_zero_dimension_is_refused():
+    from tvm_memsched.core.errors import InputFileError
+    from tvm_memsched.tflite.reader import read_tflite
+
+    def zero(m):
+        sg = m.subgraphs[0]
+        op = sg.operators[2]
+        sg.tensors[int(op.outputs[0])].shape = [1, 0, 4, 4]
+    with pytest.raises(InputFileError, match="zero dimension"):
+        read_tflite(_mutated(zero))
+
+
+def test_offline_offsets_beyond_int32_are_refused():
+    import dataclasses
+
+    from tvm_memsched import zoo
+    from tvm_memsched.core.errors import UnsupportedError
+    from tvm_memsched.tflite.offline_plan import attach_offline_plan, plan_offline
+    from tvm_memsched.tflite.reader import load_model, read_tflite
+
+    tg = read_tflite(zoo.tflite("resnet", "int8"))
+    plan = plan_offline(tg, [op.name for op in tg.graph.ops])
+    k = next(i for i, o in enumerate(plan.offsets) if o >= 0)
+    offsets = list(plan.offsets)
+    offsets[k] = 2 ** 31 + 16
+    huge = dataclasses.replace(plan, offsets=offsets, arena_bytes=2 ** 31 + 4096)
+    with pytest.raises(UnsupportedError, match="int32"):
+        attach_offline_plan(load_model(zoo.tflite("resnet", "int8")), huge)

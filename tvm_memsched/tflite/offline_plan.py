@@ -285,6 +285,10 @@ def plannable(model) -> bool:
     return True
 
 
+#: the largest offset (and arena) TFLite Micro's int32 offline plan can express
+INT32_MAX = 2 ** 31 - 1
+
+
 def attach_offline_plan(model, plan: OfflinePlan):
     """Write ``plan`` into ``model`` (a ``ModelT``, modified and returned) as ``OfflineMemoryAllocation``.
 
@@ -297,6 +301,14 @@ def attach_offline_plan(model, plan: OfflinePlan):
     bad = [o for o in plan.offsets if o >= 0 and o % TFLM_ALIGNMENT]
     if bad:
         raise ValueError(f"offline offsets must be {TFLM_ALIGNMENT}-byte aligned, got {bad[:3]}")
+    big = [(k, o) for k, o in enumerate(plan.offsets) if o > INT32_MAX]
+    if big or plan.arena_bytes > INT32_MAX:
+        k, o = big[0] if big else (None, plan.arena_bytes)
+        t = model.subgraphs[0].tensors[k] if k is not None else None
+        tn = t.name.decode(errors="replace") if t is not None and isinstance(t.name, bytes) else getattr(t, "name", "")
+        what = f"tensor '{tn}' at offset {o:,}" if t is not None else f"an arena of {o:,} bytes"
+        raise UnsupportedError(f"the offline plan needs {what}: TFLite Micro's offsets are int32 "
+                               f"(at most {INT32_MAX:,} bytes)")
     rest = sum(len(sg.tensors or []) for sg in model.subgraphs[1:])      # never read by TFLM: -1
     return builder.set_offline_plan(model, [int(o) for o in plan.offsets] + [-1] * rest, name=OFFLINE_PLAN_NAME)
 

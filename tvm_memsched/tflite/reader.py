@@ -382,6 +382,15 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
             if int(i) >= 0:
                 used[int(i)] = True
 
+    for i, t in enumerate(tensors):      # constants the operators read must hold exactly their shape's bytes
+        if used[i] and const[i] and t.sparsity is None and t.shape is not None:
+            want = tensor_nbytes(t)
+            have = _buffer_nbytes(model, int(t.buffer))
+            if want is not None and have and want != have and type_name(t.type) not in ("INT4", "STRING"):
+                raise InputFileError(f"{label}: constant tensor '{unique[i]}' has shape "
+                                     f"{[int(d) for d in t.shape]} ({want:,} bytes) but its buffer holds "
+                                     f"{have:,} bytes")
+
     # activations: used, non-constant tensors of subgraph 0
     act = [used[i] and not const[i] for i in range(len(tensors))]
     dyn_batch: list[int] = []
@@ -405,6 +414,9 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
             dyn_batch.append(i)
         if t.sparsity is not None:
             raise UnsupportedError(f"{label}: sparse activation tensor '{tn}' is not supported")
+        if t.shape is not None and any(int(d) == 0 for d in t.shape) and typ != "RESOURCE":
+            raise InputFileError(f"{label}: activation tensor '{tn}' has a zero dimension (shape "
+                                 f"{[int(d) for d in t.shape]}): it holds no data and cannot be planned")
 
     tensor_names = [unique[i] if act[i] else None for i in range(len(tensors))]
     g_tensors = [(unique[i], tensor_nbytes(tensors[i]) or 0) for i in range(len(tensors)) if act[i]]
