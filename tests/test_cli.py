@@ -158,3 +158,29 @@ def test_output_paths_are_checked_before_any_work(tmp_path):
     ]:
         assert_clean_error(run(*args, cwd=tmp_path), fragment)
     assert not (tmp_path / "out.tflite").exists() and not (tmp_path / "d").exists()   # nothing was made
+
+
+def test_native_log_lines_go_to_a_log_file(capfd):
+    """What TVM's C++ writes to descriptor 2 is kept in a log file; --verbose shows it, a failure names it."""
+    import argparse
+
+    from tvm_memsched.app.cli import _with_native_log
+
+    def job(rc):
+        def fn(args):
+            os.write(2, b"[12:00:00] block_builder.cc:67: Warning: from C++\n")
+            print("progress from Python", file=sys.stderr)
+            return rc
+        return fn
+
+    assert _with_native_log(argparse.Namespace(fn=job(0), verbose=False)) == 0
+    err = capfd.readouterr().err
+    assert "progress from Python" in err and "from C++" not in err
+    assert _with_native_log(argparse.Namespace(fn=job(0), verbose=True)) == 0
+    assert "from C++" in capfd.readouterr().err
+    assert _with_native_log(argparse.Namespace(fn=job(2), verbose=False)) == 2
+    err = capfd.readouterr().err
+    assert "from C++" not in err and "TVM's log lines are in" in err
+    path = err.strip().splitlines()[-1].split(" are in ")[1]
+    assert "from C++" in open(path).read()
+    os.remove(path)

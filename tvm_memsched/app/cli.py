@@ -14,7 +14,8 @@ import sys
 import time
 
 from ..core.errors import MemschedError
-from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, load_graph_spec, wants_tiling
+from .models import (add_input_shape_argument, add_layout_argument, add_tile_arguments, add_verbose_argument,
+                     load_graph_spec, wants_tiling)
 from .output import check_paths, fmt_bytes, table, write_json
 from .progress import progress_for
 
@@ -238,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never let a kernel output take over a dying input (default: where the kernel's TIR "
                         "proves it safe)")
     add_layout_argument(s)
+    add_verbose_argument(s)
     add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; .tflite and zoo models")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
                    help="apply identity graph rewriting on our side first (policy, default if-better)")
@@ -291,6 +293,34 @@ def one_line(text: str) -> str:
     return "".join(out)
 
 
+def _with_native_log(args) -> int:
+    """Run a TVM-heavy command with TVM's C++ log lines in a log file (shown with ``--verbose``, and named
+    when the command fails)."""
+    import tempfile
+
+    from ..relax.native_log import native_stderr_to_file
+
+    path = os.path.join(tempfile.gettempdir(), f"tvm-memsched-{os.getpid()}.log")
+    rc = 1
+    try:
+        with native_stderr_to_file(path):
+            rc = args.fn(args)
+        return rc
+    finally:
+        text = ""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            pass
+        if text.strip() and args.verbose:
+            sys.stderr.write(text)
+        if text.strip() and rc != 0 and not args.verbose:
+            print(f"tvm-memsched: TVM's log lines are in {path}", file=sys.stderr)
+        elif os.path.exists(path) and (not text.strip() or args.verbose):
+            os.remove(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -300,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         check_paths(args)
         if getattr(args, "host", False) and not getattr(args, "run", False):
             raise MemschedError("--host only applies with --run (build and run the export on this machine)")
+        if getattr(args, "verbose", None) is not None:
+            return _with_native_log(args)
         return args.fn(args)
     except MemschedError as e:
         print(f"tvm-memsched: error: {one_line(str(e))}", file=sys.stderr)

@@ -27,7 +27,8 @@ from __future__ import annotations
 import sys
 
 from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available
-from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, wants_tiling
+from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, add_verbose_argument, \
+    wants_tiling
 from .output import write_json
 from .progress import progress_for
 
@@ -77,6 +78,7 @@ def add_parser(subparsers):
                    help="never place a kernel output over an input that dies at the call (default: wherever the "
                         "kernel's TIR proves it safe, element by element)")
     add_layout_argument(s)
+    add_verbose_argument(s)
     s.add_argument("--inline-padding", action="store_true",
                    help="with --no-shrink-workspace: only inline convolution padding and element-wise stages")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],

@@ -37,7 +37,8 @@ from .. import zoo
 from ..core.errors import InputFileError, MemschedError, UnsupportedError
 
 __all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "parse_input_shapes", "add_input_shape_argument",
-           "add_layout_argument", "is_model_file", "load_graph_spec", "load_relax_spec", "load_tflite_spec", "tflite_bytes"]
+           "add_layout_argument", "add_verbose_argument", "is_model_file", "load_graph_spec", "load_relax_spec",
+           "load_tflite_spec", "tflite_bytes"]
 
 #: the prefix of zoo model specs
 ZOO_PREFIX = "zoo:"
@@ -176,6 +177,12 @@ def add_layout_argument(parser) -> None:
                         help="data layout of our convolutions: auto (default) runs them channels-last (NHWC) with "
                              "in-place execution, where their outputs can trail their inputs through memory; keep "
                              "leaves the model's own")
+
+
+def add_verbose_argument(parser) -> None:
+    """``--verbose``: show TVM's own (C++) log lines, which otherwise go to a log file."""
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show TVM's own log lines (otherwise kept in a log file, named if the command fails)")
 
 
 def add_tile_arguments(parser, what: str) -> None:

@@ -22,7 +22,7 @@ import os
 import sys
 from contextlib import contextmanager
 
-__all__ = ["native_stderr_silenced", "quiet_import"]
+__all__ = ["native_stderr_silenced", "native_stderr_to_file", "quiet_import"]
 
 
 @contextmanager
@@ -40,6 +40,45 @@ def native_stderr_silenced():
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+@contextmanager
+def native_stderr_to_file(path: str):
+    """Inside the block, what native code (TVM's C++ logging, child processes) writes to descriptor 2 goes to
+    ``path``; Python's own ``sys.stderr`` (messages, progress) keeps writing where it did.
+
+    >>> import os, tempfile
+    >>> log = os.path.join(tempfile.mkdtemp(), "tvm.log")
+    >>> with native_stderr_to_file(log):
+    ...     _ = os.write(2, b"from C++\\n")
+    >>> open(log).read()
+    'from C++\\n'
+    """
+    import io
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    old = sys.stderr
+    try:
+        python_on_fd2 = old.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        python_on_fd2 = False
+    if python_on_fd2:            # keep Python's messages on the terminal: a stream over a copy of descriptor 2
+        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved), "wb", buffering=0), encoding="utf-8",
+                                      errors="backslashreplace", line_buffering=True)
+    os.dup2(log, 2)
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        if python_on_fd2:
+            sys.stderr.close()
+            sys.stderr = old
+        os.close(saved)
+        os.close(log)
 
 
 def quiet_import(fn, classify):
