@@ -11,9 +11,12 @@ For each model (the zoo's MobileNetV2-like net, float32 and int8, and the float 
 * ``tvm-memsched tflite --tile --offline-plan --report``: TFLite Micro's smallest arena (bisected in its Python
   interpreter) of the original file and of the tiled file with our plan, outputs bit-identical to the original's
   in TFLite Micro and in LiteRT's reference kernels;
-* Relax (``compare --tile``): TVM's default plan of the untiled model, ours untiled and ours tiled.
+* Relax (``compare --tile``): TVM's default plan of the untiled model, ours untiled and ours tiled -- with the
+  ``.tflite`` tiled in builtin operators and imported, and with the Relax-native ``PatchTiling`` on the zoo's
+  Relax network and on a torchvision-style MobileNetV2 (width 1.0, 224x224) exported with ``torch.export``
+  (``.pt2``).
 
-    python scripts/bench_tiling.py --out docs/bench/tiling [--mediapipe DIR]
+    python scripts/bench_tiling.py --out docs/bench/tiling [--mediapipe DIR] [--no-224]
 """
 
 from __future__ import annotations
@@ -85,6 +88,24 @@ def relax_row(spec: str) -> dict:
             "vs_untiled": round(untiled.memsched_planned_bytes / tiled.memsched_planned_bytes, 2)}
 
 
+def native_row(label: str, mod) -> dict:
+    """``compare`` untiled and with the Relax-native ``PatchTiling`` (numerics against TVM's untiled build)."""
+    from tvm_memsched.relax.compare import compare
+
+    t0 = time.perf_counter()
+    untiled = compare(mod, repeat=0, run=False)
+    tiled = compare(mod, repeat=0, tile=True)
+    c = (tiled.tiling or {}).get("chosen") or {}
+    return {"model": label, "split": c.get("split", "-"), "grid": c.get("grid", "not tiled"),
+            "mac_overhead": c.get("mac_overhead", 0.0), "tvm_default_untiled": tiled.default_planned_bytes,
+            "ours_untiled": untiled.memsched_planned_bytes, "ours_tiled": tiled.memsched_planned_bytes,
+            "numerics_ok": tiled.numerics_ok, "max_abs_diff": tiled.max_abs_diff,
+            "vs_default": round(tiled.default_planned_bytes / tiled.memsched_planned_bytes, 2),
+            "vs_untiled": round(untiled.memsched_planned_bytes / tiled.memsched_planned_bytes, 2),
+            "candidates": len((tiled.tiling or {}).get("candidates", [])),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def markdown(data) -> str:
     meta = data["meta"]
     out = ["# Patch tiling of the first stage", "",
@@ -105,6 +126,14 @@ def markdown(data) -> str:
         out.append(f"| {r['model']} | {r['split']} | {r['grid']} | {100 * r['mac_overhead']:.1f}% | "
                    f"{r['tvm_default_untiled']:,} | {r['ours_untiled']:,} | {r['ours_tiled']:,} | {r['vs_default']}x "
                    f"| {r['vs_untiled']}x | {'ok' if r['numerics_ok'] else 'MISMATCH'} |")
+    out += ["", "## Relax-native `PatchTiling` (`compare(mod, tile=True)`, `compare --tile` on .onnx / .pt2)", "",
+            "| model | split at | grid | extra MACs | TVM default (untiled) | ours untiled | ours tiled | vs TVM default "
+            "| vs ours untiled | numerics vs TVM (untiled) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in data.get("native", []):
+        same = "identical" if r["max_abs_diff"] == 0 else ("ok" if r["numerics_ok"] else "MISMATCH")
+        out.append(f"| {r['model']} | {r['split']} | {r['grid']} | {100 * r['mac_overhead']:.1f}% | "
+                   f"{r['tvm_default_untiled']:,} | {r['ours_untiled']:,} | {r['ours_tiled']:,} | {r['vs_default']}x "
+                   f"| {r['vs_untiled']}x | {same} |")
     out += ["", "Every candidate (split point x grid) with its MAC overhead and plan is in `tiling.json`; "
             "`tiling.png` plots plan / untiled plan against MAC overhead for the within-budget ones, next to "
             f"MCUNetV2's published int8 MobileNetV2 point ({MCUNETV2['ratio']:.3f} at 10-17% extra MACs, with "
@@ -144,9 +173,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--mediapipe", default=None, metavar="DIR")
     ap.add_argument("--budget", type=float, default=0.15)
+    ap.add_argument("--no-224", action="store_true", help="skip the torchvision-style MobileNetV2 at 224x224")
     args = ap.parse_args(argv)
     data = {"meta": {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
-                     "machine": platform.machine(), "budget": args.budget}, "tflite": [], "relax": []}
+                     "machine": platform.machine(), "budget": args.budget}, "tflite": [], "relax": [], "native": []}
     models = [("mobilenet_v2 float32", zoo.tflite("mobilenet_v2", "float32")),
               ("mobilenet_v2 int8", zoo.tflite("mobilenet_v2", "int8"))]
     if args.mediapipe:
@@ -162,13 +192,28 @@ def main(argv=None) -> int:
     for spec in ("zoo:mobilenet_v2", "zoo:mobilenet_v2:int8"):
         print(f"relax {spec} ...", file=sys.stderr, flush=True)
         data["relax"].append(relax_row(spec))
+    from tvm_memsched.app.models import load_relax_spec
+
+    print("relax-native zoo:mobilenet_v2 ...", file=sys.stderr, flush=True)
+    data["native"].append(native_row("zoo:mobilenet_v2 (Relax)", load_relax_spec("zoo:mobilenet_v2")[0]))
+    if not args.no_224:
+        import tempfile
+
+        from tvm_memsched.relax.frontend import from_file
+        from tvm_memsched.zoo import torch_nets
+
+        print("relax-native torchvision MobileNetV2 224 (.pt2) ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "mobilenet_v2_224.pt2")
+            torch_nets.export_pt2(torch_nets.mobilenet_v2(1.0), path, image_size=224)
+            data["native"].append(native_row("torchvision-style MobileNetV2 1.0, 224 (.pt2)", from_file(path)))
     text = markdown(data)
     print(text)
     if args.out:
         write_results(args.out, "tiling", data, text)
         plot(data, os.path.join(args.out, "tiling.png"))
     bad = [r["model"] for r in data["tflite"] if not r["identical"]] + \
-        [r["model"] for r in data["relax"] if not r["numerics_ok"]]
+        [r["model"] for r in data["relax"] + data["native"] if not r["numerics_ok"]]
     return 1 if bad else 0
 
 

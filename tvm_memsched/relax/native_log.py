@@ -26,23 +26,40 @@ __all__ = ["native_stderr_silenced", "native_stderr_to_file", "quiet_import"]
 
 
 @contextmanager
-def native_stderr_silenced():
-    """File descriptor 2 goes to ``/dev/null`` inside the block (garbage is collected before it comes back)."""
+def _descriptor2_to(fd: int, keep_python: bool):
+    """Point descriptor 2 at ``fd`` (closed afterwards) inside the block; ``keep_python``: Python's
+    ``sys.stderr`` keeps writing where descriptor 2 pointed before."""
+    import io
+
     sys.stderr.flush()
     saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
+    old = sys.stderr
+    try:
+        wrap = keep_python and old.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        wrap = False
+    if wrap:                     # a stream over a copy of the original descriptor 2
+        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved), "wb", buffering=0), encoding="utf-8",
+                                      errors="backslashreplace", line_buffering=True)
+    os.dup2(fd, 2)
     try:
         yield
     finally:
         gc.collect()
         sys.stderr.flush()
         os.dup2(saved, 2)
+        if wrap:
+            sys.stderr.close()
+            sys.stderr = old
         os.close(saved)
-        os.close(devnull)
+        os.close(fd)
 
 
-@contextmanager
+def native_stderr_silenced():
+    """File descriptor 2 goes to ``/dev/null`` inside the block (garbage is collected before it comes back)."""
+    return _descriptor2_to(os.open(os.devnull, os.O_WRONLY), keep_python=False)
+
+
 def native_stderr_to_file(path: str):
     """Inside the block, what native code (TVM's C++ logging, child processes) writes to descriptor 2 goes to
     ``path``; Python's own ``sys.stderr`` (messages, progress) keeps writing where it did.
@@ -54,31 +71,7 @@ def native_stderr_to_file(path: str):
     >>> open(log).read()
     'from C++\\n'
     """
-    import io
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    old = sys.stderr
-    try:
-        python_on_fd2 = old.fileno() == 2
-    except (AttributeError, OSError, ValueError):
-        python_on_fd2 = False
-    if python_on_fd2:            # keep Python's messages on the terminal: a stream over a copy of descriptor 2
-        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved), "wb", buffering=0), encoding="utf-8",
-                                      errors="backslashreplace", line_buffering=True)
-    os.dup2(log, 2)
-    try:
-        yield
-    finally:
-        gc.collect()
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        if python_on_fd2:
-            sys.stderr.close()
-            sys.stderr = old
-        os.close(saved)
-        os.close(log)
+    return _descriptor2_to(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), keep_python=True)
 
 
 def quiet_import(fn, classify):
