@@ -368,14 +368,16 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
 
     conv_layout = resolve_layout(options.pop("layout", "auto"), inplace) if ours else None
     if conv_layout:
-        mod_ours = _tvm_call(lambda: convolutions_to(mod_ours, conv_layout)[0], "the convolution layout")
+        mod_ours = _tvm_call(lambda: convolutions_to(mod_ours, conv_layout.rstrip("?"),
+                                                     boundary_only=conv_layout.endswith("?"))[0],
+                             "the convolution layout")
     with target:
         fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering") \
             if (tvms or mod_ours is mod) else None
         fused_ours = fused if mod_ours is mod else \
             _tvm_call(lambda: tvm.transform.Sequential(common)(mod_ours), "TVM's Relax lowering")
         kernel_passes = [shrink] if shrink is not None else []
-        if conv_layout == "NHWC":
+        if conv_layout:                # acts only on convolutions ConvolutionLayout converted
             kernel_passes.append(ChannelsFirstReduction())
         pre_ours = _tvm_call(lambda: tvm.transform.Sequential(kernel_passes + lower + [reorder] + middle)(fused_ours),
                              "the Relax pipeline") if ours else None

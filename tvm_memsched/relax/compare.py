@@ -289,13 +289,13 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             ours_mod = shrink_constants_(ours_mod)[0]
         conv_layout = resolve_layout(options.get("layout", "auto"), options.get("inplace", True))
         if conv_layout:
-            ours_mod = convolutions_to(ours_mod, conv_layout)[0]
+            ours_mod = convolutions_to(ours_mod, conv_layout.rstrip("?"), boundary_only=conv_layout.endswith("?"))[0]
         m_base = fused if ours_mod is mod else tvm.transform.Sequential(st["dispatch"] + st["legalize"])(ours_mod)
         p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
                      shrink_workspace=shrink_workspace, shrink_constants=False, **options)
         reorder, arena = p.reorder, p.arena
         kernel_passes = ([p.shrink] if p.shrink is not None else []) + extra
-        if conv_layout == "NHWC":
+        if conv_layout:                # acts only on convolutions ConvolutionLayout converted
             kernel_passes.append(ChannelsFirstReduction())
         m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
         m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (kernel_passes or m_base is not fused) else meter

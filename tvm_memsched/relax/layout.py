@@ -31,6 +31,7 @@ import logging
 
 import tvm
 from tvm import relax, s_tir, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .workspace import walk_stmts
 
@@ -60,16 +61,73 @@ def _conv_layouts(mod) -> list[str]:
     return found
 
 
-def convolutions_to(mod, layout: str = "NHWC") -> tuple["tvm.IRModule", int]:
-    """``(module, convolutions converted)`` with every ``relax.nn.conv2d`` in data layout ``layout``."""
+_TRANSFORMS = ("relax.permute_dims", "relax.layout_transform")
+
+
+@mutator
+class _ClipRewriter(PyExprMutator):
+    """``clip(x, lo, hi)`` -> ``maximum(minimum(x, hi), lo)``: what TVM's clip kernel computes, element for
+    element, with operators ConvertLayout knows (it has no layout rule for ``clip`` and would transpose
+    around every ReLU6)."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.clip" and len(call.args) == 3:
+            x, lo, hi = call.args
+            dtype = str(x.ty.dtype) if isinstance(getattr(x, "ty", None), relax.TensorType) else None
+            if dtype and all(isinstance(b, (tirx.IntImm, tirx.FloatImm)) for b in (lo, hi)):
+                lo_c = relax.const(float(lo.value), dtype)
+                hi_c = relax.const(float(hi.value), dtype)
+                return relax.op.maximum(relax.op.minimum(x, hi_c), lo_c)
+        return call
+
+
+def _clip_as_min_max(mod):
+    new = mod.clone()
+    for gv, f in mod.functions_items():
+        if isinstance(f, relax.Function):
+            new[gv] = _ClipRewriter(mod).visit_expr(f)
+    return new
+
+
+def _transforms(mod) -> int:
+    """Layout transforms (transposes) of activations in ``mod``'s Relax functions (a weight's is a constant)."""
+    n = [0]
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name in _TRANSFORMS \
+                and not isinstance(e.args[0], tvm.ir.Constant):
+            n[0] += 1
+
+    for _, f in mod.functions_items():
+        if isinstance(f, relax.Function):
+            relax.analysis.post_order_visit(f.body, visit)
+    return n[0]
+
+
+def _boundaries(mod) -> int:
+    return sum(len(f.params) + 1 for _, f in mod.functions_items() if isinstance(f, relax.Function))
+
+
+def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -> tuple["tvm.IRModule", int]:
+    """``(module, convolutions converted)`` with every ``relax.nn.conv2d`` in data layout ``layout``.
+
+    ``boundary_only``: when the conversion puts layout transforms inside the network (operators
+    without a layout rule, such as ShuffleNet's channel shuffle by reshape and transpose, or TVM's
+    channels-first depthwise convolutions, get a transpose before and after), keep it only if
+    :func:`~tvm_memsched.relax.estimate.estimated_peak` does not grow.
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown convolution layout {layout!r}; use one of {', '.join(LAYOUTS)}")
     n = sum(1 for x in _conv_layouts(mod) if x != layout)
     if not n:
         return mod, 0
     try:
-        new = relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, LAYOUTS[layout]]})(mod)
+        new = relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, LAYOUTS[layout]]})(_clip_as_min_max(mod))
         new = relax.transform.DeadCodeElimination()(new)
+        if boundary_only and _transforms(new) - _transforms(mod) > _boundaries(mod):
+            log.info("ConvolutionLayout: %s would add transposes inside the network; layout kept", layout)
+            return mod, 0
         if layout == "NHWC":                       # ChannelsFirstReduction restores the NCHW summation order
             new = new.with_attr(CONVERTED_ATTR, True)
     except Exception as e:  # noqa: BLE001 - TVM's own checks: keep the module as imported
@@ -84,20 +142,23 @@ class ConvolutionLayout:
 
     Parameters
     ----------
-    layout : {"NHWC", "NCHW"}
-        The data layout; weights follow (OHWI / OIHW).
+    layout : {"NHWC", "NCHW", "NHWC?", "NCHW?"}
+        The data layout; weights follow (OHWI / OIHW). With ``?``: only when no layout transforms
+        land inside the network (see :func:`convolutions_to`).
 
     ``.converted`` holds how many convolutions the last run converted.
     """
 
     def __init__(self, layout: str = "NHWC"):
+        self.boundary_only = layout.endswith("?")
+        layout = layout.rstrip("?")
         if layout not in LAYOUTS:
             raise ValueError(f"unknown convolution layout {layout!r}; use one of {', '.join(LAYOUTS)}")
         self.layout = layout
         self.converted = 0
 
     def transform_module(self, mod, ctx):
-        new, self.converted = convolutions_to(mod, self.layout)
+        new, self.converted = convolutions_to(mod, self.layout, boundary_only=self.boundary_only)
         return new
 
 

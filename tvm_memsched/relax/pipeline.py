@@ -40,11 +40,12 @@ __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline", "reso
 
 def resolve_layout(layout: str | None, inplace: bool) -> str | None:
     """The convolution layout a ``layout`` option asks for: ``"auto"`` is NHWC with in-place execution
-    (channels-last convolutions overlap their input), else the model's own (None)."""
+    (channels-last convolutions overlap their input; ``"NHWC?"``: only where no transposes land inside
+    the network), else the model's own (None)."""
     if layout in (None, "keep"):
         return None
     if layout == "auto":
-        return "NHWC" if inplace else None
+        return "NHWC?" if inplace else None
     if layout not in LAYOUTS:
         raise ValueError(f"unknown convolution layout {layout!r}; use auto, keep or one of {', '.join(LAYOUTS)}")
     return layout
@@ -78,7 +79,7 @@ class MemschedPipeline:
         self.constants = ShrinkConstants() if shrink_constants else None
         conv_layout = resolve_layout(layout, inplace)
         self.layout = ConvolutionLayout(conv_layout) if conv_layout else None
-        self.reduction = ChannelsFirstReduction() if conv_layout == "NHWC" else None
+        self.reduction = ChannelsFirstReduction() if conv_layout else None
         self.tiling = None
         if tile:
             self.tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))

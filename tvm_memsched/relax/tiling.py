@@ -57,6 +57,7 @@ from tvm import relax
 
 from ..core.errors import UnsupportedError
 from ..core.tiling import DEFAULT_BUDGET, DEFAULT_GRIDS, TilingCandidate, TilingResult, input_range, patch_ranges
+from .estimate import estimated_peak
 
 __all__ = ["split_points", "tile_function", "tile_module", "search_tiling", "PatchTiling"]
 
@@ -449,80 +450,6 @@ def _model_macs(func) -> int:
     return total
 
 
-def _itemsize(expr) -> int:
-    return max(1, tvm.runtime.DataType(str(expr.ty.dtype)).bits // 8)
-
-
-def _nhwc(shape, layout: str) -> list[int]:
-    return list(shape) if layout == "NHWC" else [shape[0], shape[2], shape[3], shape[1]]
-
-
-def _inplace_decl(value, op, graph) -> list:
-    """The overlap our pipeline's in-place execution will (at best) find for this operator, as
-    ``[(output, input, shift)]``: same index for element-wise operators, the NHWC window lag of
-    :func:`~tvm_memsched.core.windows.nhwc_window_shift` for convolutions and pooling (our pipeline
-    runs them channels-last). An estimate for ranking candidates; the final plan is exact."""
-    from ..core.windows import nhwc_window_shift
-
-    name = _op(value)
-    if len(op.outputs) != 1 or not op.inputs or name is None:
-        return []
-    out = op.outputs[0]
-    size = dict(zip((t.name for t in graph.tensors), graph.size))
-    if name in _WINDOW and isinstance(value.args[0], relax.Var):
-        x = value.args[0]
-        src = next((t for t in op.inputs if t.endswith(f":{x.name}")), None)
-        xs, ys = _shape(x), _shape(value)
-        if src is None or xs is None or ys is None or len(xs) != 4:
-            return []
-        a = value.attrs
-        if name == "relax.nn.conv2d":
-            layout, w, kl = str(a.data_layout), _shape(value.args[1]), str(a.kernel_layout)
-            kernel = (w[kl.index("H")], w[kl.index("W")])
-            depthwise = int(a.groups) > 1
-        else:
-            layout, kernel, depthwise = str(a.layout), tuple(int(k) for k in a.pool_size), False
-        if layout not in _AXES or (depthwise and int(a.groups) != _nhwc(xs, layout)[3]):
-            return []
-        pad = [int(p) for p in a.padding]
-        shift = nhwc_window_shift(_nhwc(xs, layout), _nhwc(ys, layout), kernel=kernel,
-                                  stride=tuple(int(v) for v in a.strides), pad_before=(pad[0], pad[1]),
-                                  itemsize=(_itemsize(x), _itemsize(value)),
-                                  dilation=tuple(int(v) for v in a.dilation), depthwise=depthwise,
-                                  pool=name != "relax.nn.conv2d")
-        return [(out, src, shift)] if shift < size[out] else []
-    if name in _UNARY or name in _BINARY:
-        same = [t for t in op.inputs if size.get(t) == size[out]]
-        return [(out, same[0], 0)] if same else []
-    return []
-
-
-def _peak(mod, time_limit: float) -> int:
-    """Our scheduler's peak for ``mod``'s main block, with the overlaps in-place execution will find
-    (program order if it cannot be scheduled)."""
-    from ..core.graph import Graph
-    from ..core.simulate import peak_bytes
-    from ..schedulers import schedule
-    from .graph import block_to_graph
-
-    func = mod["main"]
-    k = next(i for i, b in enumerate(func.body.blocks) if isinstance(b, relax.DataflowBlock))
-    bg = block_to_graph(func, k, name="main")
-    g = bg.graph
-    ops = []
-    for op in g.ops:
-        decl = _inplace_decl(bg.block.bindings[bg.binding_of_op[op.name]].value, op, g)
-        ops.append(op.replace(inplace=decl) if decl else op)
-    try:
-        g = Graph(g.tensors, ops, g.inputs, g.outputs, g.name)
-    except Exception:  # noqa: BLE001 - a declaration the graph refuses: score without overlaps
-        pass
-    try:
-        return schedule(g, "auto", time_limit=time_limit).peak_bytes
-    except Exception:  # noqa: BLE001 - a scheduler failure must not hide the candidate: program order
-        return peak_bytes(g, [op.name for op in g.ops])
-
-
 def search_tiling(mod, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, split: str | None = None,
                   grid=None, time_limit: float = 2.0, progress=None) -> TilingResult:
     """Try split points x grids of ``mod["main"]``; the smallest scheduled peak within the MAC ``budget`` wins.
@@ -542,7 +469,7 @@ def search_tiling(mod, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, s
         raise UnsupportedError("no split point for patch tiling (the model needs a single 4-D input followed "
                                "by spatially local operators)")
     model_macs = _model_macs(func)
-    base = _peak(mod, time_limit)
+    base = estimated_peak(mod, time_limit)
     res = TilingResult(None, None, [], base, base, model_macs)
     best = None
     st = _Stage(func)
@@ -564,7 +491,7 @@ def search_tiling(mod, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, s
             if cand.within_budget:
                 new, info = tile_module(mod, t, gr)
                 cand.tiled_ops = info["tiled_ops"]
-                cand.peak_bytes = cand.plan_bytes = _peak(new, time_limit)
+                cand.peak_bytes = cand.plan_bytes = estimated_peak(new, time_limit)
                 if best is None or cand.peak_bytes < best[0].peak_bytes:
                     best = (cand, new)
             else:
