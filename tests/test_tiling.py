@@ -43,7 +43,8 @@ def _q(rng, int8):
 
 
 def random_stack(seed: int, int8: bool):
-    """A random NHWC stack: convs / depthwise (strides, dilations, SAME / VALID, odd sizes), PAD, max pooling
+    """A random NHWC stack: convs / depthwise (strides, dilations, SAME / VALID, odd sizes), PAD (spatial and
+    channel), max pooling
     without padding, activations and a residual ADD."""
     rng = np.random.default_rng(seed)
     dt = np.int8 if int8 else np.float32
@@ -92,14 +93,17 @@ def random_stack(seed: int, int8: bool):
             mb.op(code, [cur, wt, bias], [y], ot, o, version=3 if int8 else 1)
             cur, shape = y, [1, oh, ow, oc]
         elif kind == "pad":
-            p = rng.integers(0, 3, size=(2, 2))
+            p = rng.integers(0, 3, size=(3, 2))       # H, W and (a residual shortcut's) channel padding
+            if rng.random() < 0.5:
+                p[2] = 0
             pads = mb.tensor(f"p{i}", [4, 2], np.int32,
-                             data=np.array([[0, 0], p[0], p[1], [0, 0]], np.int32))
+                             data=np.array([[0, 0], p[0], p[1], p[2]], np.int32))
             q = mb.tensors[cur].quantization
-            y = mb.tensor(f"t{i}", [1, hh + p[0].sum(), ww + p[1].sum(), cc], dt,
+            shape = [1, hh + int(p[0].sum()), ww + int(p[1].sum()), cc + int(p[2].sum())]
+            y = mb.tensor(f"t{i}", shape, dt,
                           **({"scale": q.scale[0], "zero_point": q.zeroPoint[0]} if int8 else {}))
             mb.op(B.PAD, [cur, pads], [y], O.PadOptions, tfl.PadOptionsT(), version=2 if int8 else 1)
-            cur, shape = y, [1, hh + int(p[0].sum()), ww + int(p[1].sum()), cc]
+            cur = y
         elif kind == "pool" and hh >= 2 and ww >= 2:
             o = tfl.Pool2DOptionsT()
             o.padding, o.strideH, o.strideW, o.filterHeight, o.filterWidth = tfl.Padding.VALID, 2, 2, 2, 2
@@ -151,6 +155,64 @@ def test_tiled_random_stacks_are_bit_identical(seed, int8):
     assert compare_litert(buf, tiled, trials=2, reference_kernels=True).identical
     if int8:                                   # integer kernels: bit-identical on LiteRT's optimised ones too
         assert compare_litert(buf, tiled, trials=2).identical
+    assert compare_tflm(buf, tiled, trials=2).identical
+
+
+def shortcut_block(int8: bool):
+    """A landmark-model residual block: conv 3x3 s2 on one side, max pooling and a channel PAD (the shortcut
+    widened to the conv's channels) on the other, ADD, PRELU-free head."""
+    rng = np.random.default_rng(7)
+    dt = np.int8 if int8 else np.float32
+    q = dict(scale=0.05, zero_point=3) if int8 else {}
+    mb = ModelBuilder()
+    x = mb.tensor("x", [1, 13, 12, 4], dt, **q)
+    wshape = [8, 3, 3, 4]
+    if int8:
+        ws = np.full(8, 0.01, np.float32)
+        w = mb.tensor("w", wshape, np.int8, data=rng.integers(-127, 128, wshape).astype(np.int8), scale=ws,
+                      zero_point=np.zeros(8, int), quantized_dimension=0)
+        b = mb.tensor("b", [8], np.int32, data=rng.integers(-500, 500, [8]).astype(np.int32), scale=0.05 * ws,
+                      zero_point=np.zeros(8, int))
+    else:
+        w = mb.tensor("w", wshape, np.float32, data=rng.standard_normal(wshape).astype(np.float32))
+        b = mb.tensor("b", [8], np.float32, data=rng.standard_normal([8]).astype(np.float32))
+    conv = mb.tensor("conv", [1, 7, 6, 8], dt, **q)
+    o = tfl.Conv2DOptionsT()
+    o.padding, o.strideH, o.strideW, o.dilationHFactor, o.dilationWFactor = tfl.Padding.SAME, 2, 2, 1, 1
+    mb.op(B.CONV_2D, [x, w, b], [conv], O.Conv2DOptions, o, version=3 if int8 else 1)
+    xp = mb.tensor("xp", [1, 14, 12, 4], dt, **q)             # odd height: pad one row so pooling covers it
+    mb.op(B.PAD, [x, mb.tensor("p0", [4, 2], np.int32, data=np.array([[0, 0], [0, 1], [0, 0], [0, 0]],
+                                                                              np.int32))],
+          [xp], O.PadOptions, tfl.PadOptionsT(), version=2 if int8 else 1)
+    pool = mb.tensor("pool", [1, 7, 6, 4], dt, **q)
+    po = tfl.Pool2DOptionsT()
+    po.padding, po.strideH, po.strideW, po.filterHeight, po.filterWidth = tfl.Padding.VALID, 2, 2, 2, 2
+    mb.op(B.MAX_POOL_2D, [xp], [pool], O.Pool2DOptions, po, version=2 if int8 else 1)
+    wide = mb.tensor("wide", [1, 7, 6, 8], dt, **q)
+    mb.op(B.PAD, [pool, mb.tensor("p1", [4, 2], np.int32, data=np.array([[0, 0], [0, 0], [0, 0], [0, 4]],
+                                                                         np.int32))],
+          [wide], O.PadOptions, tfl.PadOptionsT(), version=2 if int8 else 1)
+    add = mb.tensor("add", [1, 7, 6, 8], dt, **q)
+    mb.op(B.ADD, [wide, conv], [add], O.AddOptions, tfl.AddOptionsT(), version=2 if int8 else 1)
+    head = mb.tensor("head", [1, 7, 6, 8], dt, **q)
+    mb.op(B.RELU, [add], [head], version=2 if int8 else 1)
+    return mb.finish([x], [head])
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+@pytest.mark.parametrize("grid", [(2, 2), (3, 2), (7, 1)])
+def test_channel_padded_shortcut_is_tiled_bit_identically(int8, grid):
+    pytest.importorskip("tflite_micro")
+    from tvm_memsched.tflite.verify import compare_litert, compare_tflm
+
+    buf = shortcut_block(int8)
+    tg = read_tflite(buf)
+    assert tg.tensor_ids["add"] in split_points(tg)
+    tiled, info = tile_model(tg, "add", grid)
+    m = read_tflite(tiled).model
+    pads = [op for op in m.subgraphs[0].operators if m.operatorCodes[op.opcodeIndex].builtinCode == B.PAD]
+    assert len(pads) >= grid[0] * grid[1]                      # the channel padding repeated in every patch
+    assert compare_litert(buf, tiled, trials=2, reference_kernels=True).identical
     assert compare_tflm(buf, tiled, trials=2).identical
 
 

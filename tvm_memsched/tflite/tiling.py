@@ -13,7 +13,7 @@ stage tensor but ``T`` is read outside the stage. Tileable operators:
 CONV_2D and DEPTHWISE_CONV_2D (any stride, dilation, SAME or VALID padding),
 AVERAGE_POOL_2D / MAX_POOL_2D without padding (TFLite's SAME pooling excludes
 padded elements, which no explicit padding reproduces), PAD / PADV2 on the
-spatial axes, element-wise activations, QUANTIZE / DEQUANTIZE, and ADD / SUB /
+spatial and channel axes (the channel padding of residual shortcuts, repeated in every patch), element-wise activations, QUANTIZE / DEQUANTIZE, and ADD / SUB /
 MUL / SQUARED_DIFFERENCE whose other operands are stage tensors of the same
 shape or per-channel constants.
 
@@ -83,12 +83,14 @@ def _shape(t) -> list[int]:
 
 @dataclass
 class _Geom:
-    """Per spatial axis (H, W): kernel, stride, dilation, padding before, padding after (for PAD)."""
+    """Per spatial axis (H, W): kernel, stride, dilation, padding before, padding after (for PAD); for PAD also
+    the channel padding (before, after), which every patch repeats (it is element-wise in space)."""
 
     kernel: tuple = (1, 1)
     stride: tuple = (1, 1)
     dilation: tuple = (1, 1)
     pad: tuple = (0, 0)
+    channel_pad: tuple = (0, 0)
 
 
 def _geometry(kind: str, op, tensors, model, label: str) -> _Geom | None:
@@ -113,15 +115,16 @@ def _geometry(kind: str, op, tensors, model, label: str) -> _Geom | None:
         return _Geom(k, s, d, pad)
     if kind in _PADS:
         p = np.asarray(_const(model, tensors[ins[1]])).reshape(-1, 2)
-        if p.shape[0] != 4 or p[0].any() or p[3].any():
-            raise UnsupportedError(f"{label}: {kind} pads other axes than H and W")
+        if p.shape[0] != 4 or p[0].any():
+            raise UnsupportedError(f"{label}: {kind} pads the batch axis")
         if kind == "PADV2" and len(ins) > 2 and ins[2] >= 0:
             v = np.asarray(_const(model, tensors[ins[2]])).reshape(-1)
             zp = (x.quantization.zeroPoint[0] if x.quantization is not None and x.quantization.zeroPoint
                   is not None and len(x.quantization.zeroPoint) else 0)
             if v.size != 1 or int(v[0]) != int(zp):
                 raise UnsupportedError(f"{label}: PADV2 with a constant other than zero")
-        return _Geom(pad=((int(p[1][0]), int(p[1][1])), (int(p[2][0]), int(p[2][1]))))
+        return _Geom(pad=((int(p[1][0]), int(p[1][1])), (int(p[2][0]), int(p[2][1]))),
+                     channel_pad=(int(p[3][0]), int(p[3][1])))
     return None
 
 
@@ -397,11 +400,12 @@ def tile_model(tg: TFLiteGraph, split: int | str, grid: tuple[int, int]) -> tupl
                 src, have = patch_tensor[p][xin]
                 crop_reg, pads = _required(r, g, _shape(tensors[xin]), kind)
                 x_t = rw.crop(src, crop_reg, have, f"{tag}/in")
-                if kind in _PADS:                 # the PAD itself: only the padding this patch crosses
-                    if any(pads[0]) or any(pads[1]):
+                if kind in _PADS:      # the PAD itself: the spatial padding this patch crosses, all channel padding
+                    if any(pads[0]) or any(pads[1]) or any(g.channel_pad):
                         out = rw.tensor_like(t, [ts_n(tensors, t), r[1] - r[0], r[3] - r[2],
                                                  _shape(tensors[t])[3]], tag)
-                        p_t = rw.const_i32([[0, 0], list(pads[0]), list(pads[1]), [0, 0]], f"{tag}/paddings")
+                        p_t = rw.const_i32([[0, 0], list(pads[0]), list(pads[1]), list(g.channel_pad)],
+                                           f"{tag}/paddings")
                         rest = [int(i) for i in list(op.inputs)[2:]]
                         rw.op(None, [x_t, p_t] + rest, [out], like=op)
                         patch_tensor[p][t] = (out, r)
