@@ -251,7 +251,7 @@ def _split_pipeline(target, method, time_limit, alignment, progress, options):
 
     p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
                  progress=progress, workspace_shared=True, int8=False, shrink_workspace=False,
-                 shrink_constants=False, **dict(options, layout="keep"))
+                 shrink_constants=False, **dict(options, layout="keep", inline_producers=False))
     names = p.pass_names()
     f, i, k = names.index("FuseTIR"), names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
@@ -328,6 +328,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
 
     from ..relax.arena import plan_module
     from ..relax.shrink_constants import shrink_constants as shrink_constants_
+    from ..relax.inline_producers import InlineProducers
     from ..relax.shrink_workspace import ShrinkWorkspace
     from ..relax.tflite_state import states as model_states
     from .codegen import tensor_nbytes, translate
@@ -349,6 +350,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     target = tvm.target.Target(board.tvm_target())
     seconds = {}
     t0 = time.perf_counter()
+    inline = options.pop("inline_producers", True)
     common, lower, reorder, middle, tvm_planner = _split_pipeline(target, method, time_limit, alignment, progress,
                                                                   dict(options, inplace=inplace))
     shrink = ShrinkWorkspace(epilogues=shrink_workspace, target=target) \
@@ -376,7 +378,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
             if (tvms or mod_ours is mod) else None
         fused_ours = fused if mod_ours is mod else \
             _tvm_call(lambda: tvm.transform.Sequential(common)(mod_ours), "TVM's Relax lowering")
-        kernel_passes = [shrink] if shrink is not None else []
+        kernel_passes = ([InlineProducers()] if inline else []) + ([shrink] if shrink is not None else [])
         if conv_layout:                # acts only on convolutions ConvolutionLayout converted
             kernel_passes.append(ChannelsFirstReduction())
         pre_ours = _tvm_call(lambda: tvm.transform.Sequential(kernel_passes + lower + [reorder] + middle)(fused_ours),

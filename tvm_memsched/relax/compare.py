@@ -294,7 +294,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
                      shrink_workspace=shrink_workspace, shrink_constants=False, **options)
         reorder, arena = p.reorder, p.arena
-        kernel_passes = ([p.shrink] if p.shrink is not None else []) + extra
+        kernel_passes = [q for q in (p.inline, p.shrink) if q is not None] + extra
         if conv_layout:                # acts only on convolutions ConvolutionLayout converted
             kernel_passes.append(ChannelsFirstReduction())
         m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base

@@ -9,8 +9,10 @@ with
   channels-last, so that in-place execution can overlap their inputs and
   outputs; with in-place execution on) and, after fusion, ``ChannelsFirstReduction``
   (their sums in TVM's NCHW order: bit-identical outputs),
-* ``ShrinkWorkspace`` right after ``FuseTIR`` (kernels without full-size
-  temporaries: padding inlined, epilogues per output element),
+* ``InlineProducers`` right after ``FuseTIR`` (a cheap element-wise producer used
+  once, such as a pre-activation ``relu``, computed inside its consumer's kernel),
+  then ``ShrinkWorkspace`` (kernels without full-size temporaries: padding inlined,
+  epilogues per output element),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
   re-orders bindings, and reshapes are views by then), and
 * ``ArenaPlanMemory`` in place of ``StaticPlanBlockMemory``.
@@ -21,8 +23,9 @@ Example
 -------
 >>> import tvm
 >>> p = pipeline({"kind": "llvm"}, method="rpo")
->>> [n for n in p.pass_names() if n in ("FuseTIR", "ShrinkWorkspace", "MemoryAwareReorder", "ArenaPlanMemory")]
-['FuseTIR', 'ShrinkWorkspace', 'MemoryAwareReorder', 'ArenaPlanMemory']
+>>> [n for n in p.pass_names() if n in ("FuseTIR", "InlineProducers", "ShrinkWorkspace", "MemoryAwareReorder",
+...                                    "ArenaPlanMemory")]
+['FuseTIR', 'InlineProducers', 'ShrinkWorkspace', 'MemoryAwareReorder', 'ArenaPlanMemory']
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import tvm
 
 from .int8.lower import IntegerLowering
 from .layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
+from .inline_producers import InlineProducers
 from .tiling import PatchTiling
 from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
@@ -63,7 +67,7 @@ class MemschedPipeline:
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
                  shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", tile=False,
-                 **options):
+                 inline_producers=True, **options):
         self.target = as_target(target)
         st = stages(self.target)
         self.int8 = IntegerLowering() if int8 else None
@@ -76,6 +80,7 @@ class MemschedPipeline:
                                           **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target) if shrink_workspace else None
+        self.inline = InlineProducers() if inline_producers else None
         self.constants = ShrinkConstants() if shrink_constants else None
         conv_layout = resolve_layout(layout, inplace)
         self.layout = ConvolutionLayout(conv_layout) if conv_layout else None
@@ -85,7 +90,8 @@ class MemschedPipeline:
             self.tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
         first = (self.tiling, self.int8, self.rewrite, self.constants, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
-            + st["legalize"] + [q for q in (self.shrink, self.reduction) if q is not None] + list(extra_passes)
+            + st["legalize"] + [q for q in (self.inline, self.shrink, self.reduction) if q is not None] \
+            + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
             if p.info.name == "RewriteDataflowReshape" and self.reorder is not None:
@@ -111,7 +117,7 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
              shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto", tile=False,
-             **options) -> MemschedPipeline:
+             inline_producers: bool = True, **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
     ``int8=True`` (default) first lowers quantized (dequantize/quantize) operator
@@ -129,11 +135,14 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     (:class:`~tvm_memsched.transform.ConvolutionLayout`): ``"auto"`` (default) NHWC when
     ``inplace``, ``"keep"`` the model's own, or ``"NHWC"`` / ``"NCHW"``. ``tile=True`` (or a dict
     of its options) first patch-tiles the model's first stage
-    (:class:`~tvm_memsched.relax.tiling.PatchTiling`). Other options go to the scheduler.
+    (:class:`~tvm_memsched.relax.tiling.PatchTiling`). ``inline_producers=False`` keeps every
+    element-wise producer a kernel of its own (default: cheap ones used once are computed inside their
+    consumer, :class:`~tvm_memsched.relax.inline_producers.InlineProducers`). Other options go to the
+    scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
                             extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,
-                            layout=layout, tile=tile, **options)
+                            layout=layout, tile=tile, inline_producers=inline_producers, **options)
 
 
 def build(mod, target=None, **options):

@@ -19,7 +19,7 @@ import random
 import numpy as np
 from tvm import relax
 
-__all__ = ["branchy_module", "random_module", "weight", "conv_stack_module"]
+__all__ = ["branchy_module", "random_module", "weight", "conv_stack_module", "preactivation_module"]
 
 
 def weight(rng: np.random.Generator, *shape, scale: float = 1.0) -> relax.Constant:
@@ -205,4 +205,21 @@ def conv_stack_module(layout: str = "NCHW", size: int = 24, channels: int = 8, s
             m = bb.emit(relax.op.mean(h, axis=[1, 2] if nhwc else [2, 3]))
             y = bb.emit_output(relax.op.matmul(m, weight(rng, c, 10)))
         bb.emit_func_output(y)
+    return bb.finalize()
+
+
+def preactivation_module(channels: int = 8, size: int = 16, seed: int = 0):
+    """A pre-activation residual block: ``y = conv(x); z = conv(relu(y)); y + z`` (``y`` lives across the
+    ``relu``, so TVM keeps ``relu(y)`` as a tensor of its own)."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, c, size, size], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, weight(rng, c, c, 3, 3), padding=(1, 1)))
+            r = bb.emit(relax.op.nn.relu(y))
+            z = bb.emit(relax.op.nn.conv2d(r, weight(rng, c, c, 3, 3), padding=(1, 1)))
+            out = bb.emit_output(relax.op.add(y, z))
+        bb.emit_func_output(out)
     return bb.finalize()

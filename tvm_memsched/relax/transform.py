@@ -11,6 +11,8 @@
 * :class:`ShrinkWorkspace` schedules the kernels so that they keep no full-size
   temporaries (defined in :mod:`tvm_memsched.relax.shrink_workspace`);
   :class:`InlinePadding` is its inlining step alone;
+* :class:`InlineProducers` computes cheap element-wise producers used once inside
+  their consumer's kernel (:mod:`tvm_memsched.relax.inline_producers`); run it after FuseTIR;
 * :class:`ShrinkConstants` keeps broadcast constants at their small stored
   shape (:mod:`tvm_memsched.relax.shrink_constants`); run it at operator level.
 
@@ -32,6 +34,7 @@ import tvm
 
 from .arena import plan_module
 from .int8.lower import IntegerLowering
+from .inline_producers import InlineProducers
 from .layout import ChannelsFirstReduction, ConvolutionLayout
 from .tiling import PatchTiling
 from .reorder import reorder_module
@@ -42,7 +45,7 @@ from .workspace import WorkspaceMeter
 
 __all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "ShrinkConstants",
            "IdentityRewrite", "IntegerLowering", "ConvolutionLayout",
-           "ChannelsFirstReduction", "PatchTiling"]
+           "ChannelsFirstReduction", "PatchTiling", "InlineProducers"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")
