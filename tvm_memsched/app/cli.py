@@ -113,12 +113,13 @@ def cmd_compare(args) -> int:
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
                 progress=progress_for(args), run=not args.no_run,
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
-                layout=args.layout)
+                layout=args.layout, inline_producers=not args.no_inline_producers)
     print(c.summary())
     if untiled is not None:
         ok, line = _tiled_vs_untiled(untiled, mod, args.target, run=not args.no_run)
         c0 = compare(untiled, args.target, method=args.method, time_limit=args.time_limit, name=name, run=False,
-                     repeat=0, inplace=not args.no_inplace, layout=args.layout)
+                     repeat=0, inplace=not args.no_inplace, layout=args.layout,
+                     inline_producers=not args.no_inline_producers)
         print(f"  patch tiling: our plan {c0.memsched_planned_bytes / 1e6:.3f} MB untiled -> "
               f"{c.memsched_planned_bytes / 1e6:.3f} MB tiled ({c0.memsched_planned_bytes / c.memsched_planned_bytes:.2f}x); "
               f"TVM default untiled {c0.default_planned_bytes / 1e6:.3f} MB "

@@ -159,7 +159,8 @@ def run(args) -> int:
                  shrink_constants=not args.no_shrink_constants,
                  inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
-                 progress=progress, int8=not args.no_int8, inplace=not args.no_inplace, layout=args.layout)
+                 progress=progress, int8=not args.no_int8, inplace=not args.no_inplace, layout=args.layout,
+                 inline_producers=not args.no_inline_producers)
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
     sides = {"ours": {"ram": exp.ram_bytes, "flash": exp.flash_bytes, "instructions": None}}

@@ -177,6 +177,9 @@ def add_layout_argument(parser) -> None:
                         help="data layout of our convolutions: auto (default) runs them channels-last (NHWC) with "
                              "in-place execution, where their outputs can trail their inputs through memory; keep "
                              "leaves the model's own")
+    parser.add_argument("--no-inline-producers", action="store_true",
+                        help="keep every element-wise producer a kernel and a tensor of its own (default: a cheap "
+                             "one used once, such as a pre-activation relu, is computed inside its consumer)")
 
 
 def add_verbose_argument(parser) -> None:
