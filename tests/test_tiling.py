@@ -216,6 +216,45 @@ def test_channel_padded_shortcut_is_tiled_bit_identically(int8, grid):
     assert compare_tflm(buf, tiled, trials=2).identical
 
 
+def dequantized_weights_stack():
+    """Float convolutions whose weights are int8 constants DEQUANTIZEd at run time (as converters emit for
+    weight-only quantization): the dequantized weights are computed from constants, the same for every patch."""
+    rng = np.random.default_rng(3)
+    mb = ModelBuilder()
+    x = mb.tensor("x", [1, 14, 13, 3], np.float32)
+    cur, c = x, 3
+    for i, (oc, s) in enumerate([(8, 2), (8, 1), (6, 1)]):
+        wq = mb.tensor(f"wq{i}", [oc, 3, 3, c], np.int8, data=rng.integers(-127, 128, [oc, 3, 3, c]).astype(np.int8),
+                       scale=np.full(oc, 0.01, np.float32), zero_point=np.zeros(oc, int), quantized_dimension=0)
+        w = mb.tensor(f"w{i}", [oc, 3, 3, c], np.float32)
+        mb.op(B.DEQUANTIZE, [wq], [w], version=2)
+        b = mb.tensor(f"b{i}", [oc], np.float32, data=rng.standard_normal([oc]).astype(np.float32))
+        h = (mb.tensors[cur].shape[1] + s - 1) // s
+        wd = (mb.tensors[cur].shape[2] + s - 1) // s
+        y = mb.tensor(f"t{i}", [1, h, wd, oc], np.float32)
+        o = tfl.Conv2DOptionsT()
+        o.padding, o.strideH, o.strideW, o.dilationHFactor, o.dilationWFactor = tfl.Padding.SAME, s, s, 1, 1
+        o.fusedActivationFunction = 1
+        mb.op(B.CONV_2D, [cur, w, b], [y], O.Conv2DOptions, o)
+        cur, c = y, oc
+    head = mb.tensor("head", list(mb.tensors[cur].shape), np.float32)
+    mb.op(B.RELU, [cur], [head])
+    return mb.finish([x], [head])
+
+
+def test_weights_dequantized_at_run_time_are_read_like_constants():
+    pytest.importorskip("tflite_micro")
+    from tvm_memsched.tflite.verify import compare_litert, compare_tflm
+
+    buf = dequantized_weights_stack()
+    tg = read_tflite(buf)
+    assert tg.tensor_ids["t2"] in split_points(tg)
+    tiled, info = tile_model(tg, "t2", (3, 2))
+    assert info["stage_ops"] == 3                      # the convolutions; the DEQUANTIZEs stay before the stage
+    assert compare_litert(buf, tiled, trials=2, reference_kernels=True).identical
+    assert compare_tflm(buf, tiled, trials=2).identical
+
+
 def test_not_a_split_point_is_named():
     from tvm_memsched import zoo
 

@@ -8,7 +8,8 @@ with overlapping halos), so only one patch's intermediates live at a time.
 
 **The stage.** A tensor ``T`` of the main subgraph is a *split point* when every
 operator it depends on is spatially local and tileable (below), reads only the
-model's single 4-D NHWC input ``X``, constants and other stage tensors, and no
+model's single 4-D NHWC input ``X``, constants (or tensors computed from constants only, such as
+weights DEQUANTIZEd from float16 at run time) and other stage tensors, and no
 stage tensor but ``T`` is read outside the stage. Tileable operators:
 CONV_2D and DEPTHWISE_CONV_2D (any stride, dilation, SAME or VALID padding),
 AVERAGE_POOL_2D / MAX_POOL_2D without padding (TFLite's SAME pooling excludes
@@ -142,6 +143,19 @@ class _Stage:
     input: int           # X's tensor index
 
 
+def _constant_like(model, sg) -> list[bool]:
+    """Per tensor: a constant, or computed from constants only (float16 / int8 weights DEQUANTIZEd at run
+    time): the same for every patch, so the stage reads it as it reads a constant."""
+    const = [is_constant(model, t) for t in sg.tensors]
+    for op in sg.operators:
+        ins = [int(i) for i in op.inputs if int(i) >= 0]
+        if ins and all(const[i] for i in ins):
+            for o in op.outputs:
+                if int(o) >= 0:
+                    const[int(o)] = True
+    return const
+
+
 def _kind(model, op) -> str:
     return builder.opcode_name(model.operatorCodes[int(op.opcodeIndex)])
 
@@ -160,7 +174,7 @@ def _stages(tg: TFLiteGraph) -> list[_Stage]:
     if len(inputs) != 1 or len(_shape(tensors[inputs[0]])) != 4 or tg.stateful:
         return []
     x = inputs[0]
-    const = [is_constant(model, t) for t in tensors]
+    const = _constant_like(model, sg)
     producer = {}
     for k, op in enumerate(ops):
         for o in op.outputs:
@@ -350,6 +364,7 @@ def tile_model(tg: TFLiteGraph, split: int | str, grid: tuple[int, int]) -> tupl
     tensors = sg.tensors
     ops = list(sg.operators)
     stage_set = set(stage.ops)
+    const = _constant_like(model, sg)
     geoms = {v: _geometry(_kind(model, ops[v]), ops[v], tensors, model, "tile") for v in stage.ops}
     out_of = {v: int(ops[v].outputs[0]) for v in stage.ops}
     readers: dict = {}
@@ -372,7 +387,7 @@ def tile_model(tg: TFLiteGraph, split: int | str, grid: tuple[int, int]) -> tupl
             g = geoms[v]
             xin = int(ops[v].inputs[0])
             ins = [xin] if g is not None else [int(i) for i in ops[v].inputs
-                                               if int(i) >= 0 and not is_constant(model, tensors[int(i)])]
+                                               if int(i) >= 0 and not const[int(i)]]
             for i in ins:
                 req = _required(r, g, _shape(tensors[i]), _kind(model, ops[v]))[0] if g is not None else r
                 old = reg.get(i)
@@ -420,7 +435,7 @@ def tile_model(tg: TFLiteGraph, split: int | str, grid: tuple[int, int]) -> tupl
             else:
                 for i in op.inputs:
                     i = int(i)
-                    if i >= 0 and not is_constant(model, tensors[i]):
+                    if i >= 0 and not const[i]:
                         src, have = patch_tensor[p][i]
                         new_inputs.append(rw.crop(src, r, have, f"{tag}/in{len(new_inputs)}"))
                     else:
