@@ -27,6 +27,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .ir import expr_shape as _shape
+
 __all__ = ["estimated_peak", "inplace_estimate"]
 
 _WINDOW = {"relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
@@ -35,16 +37,6 @@ _ELEMENTWISE = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "r
                 "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.square", "relax.erf", "relax.add",
                 "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
                 "relax.power", "relax.nn.prelu", "relax.quantize", "relax.dequantize"}
-
-
-def _shape(expr) -> list[int] | None:
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return [int(s) for s in ty.shape.values]
-    except (TypeError, AttributeError):
-        return None
 
 
 def _itemsize(expr) -> int:

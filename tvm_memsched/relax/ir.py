@@ -12,7 +12,7 @@ from tvm import relax
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["dtype_bytes", "static_shape", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
+__all__ = ["dtype_bytes", "static_shape", "expr_shape", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
            "shape_values", "field_types"]
 
 #: ops whose result is a view of (aliases) their tensor input: no new memory
@@ -48,6 +48,12 @@ def static_shape(ty) -> list[int] | None:
     if shape is None:
         return None
     return shape_values(shape)
+
+
+def expr_shape(expr) -> list[int] | None:
+    """Static shape of a tensor-typed Relax expression, or None (not a tensor, unknown or symbolic)."""
+    ty = getattr(expr, "ty", None)
+    return static_shape(ty) if isinstance(ty, relax.TensorType) else None
 
 
 def tensor_bytes(ty, what: str = "tensor") -> int:

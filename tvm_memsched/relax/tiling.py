@@ -58,6 +58,7 @@ from tvm import relax
 from ..core.errors import UnsupportedError
 from ..core.tiling import DEFAULT_BUDGET, DEFAULT_GRIDS, TilingCandidate, TilingResult, input_range, patch_ranges
 from .estimate import estimated_peak
+from .ir import expr_shape as _shape
 
 __all__ = ["split_points", "tile_function", "tile_module", "search_tiling", "PatchTiling"]
 
@@ -68,16 +69,6 @@ _UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.n
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
            "relax.power", "relax.nn.prelu"}
 _AXES = {"NCHW": (2, 3), "NHWC": (1, 2)}
-
-
-def _shape(expr) -> list[int] | None:
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return [int(s) for s in ty.shape.values]
-    except (TypeError, AttributeError):
-        return None
 
 
 def _op(value) -> str | None:
