@@ -19,7 +19,9 @@ casts and selects: no transcendental calls, which the consumer would repeat
 for every read), and only when the producer's result is at least as large as
 each of its tensor inputs (the inputs then live until the consumer, which
 must not cost more than the result saved). A merged kernel whose producer
-stage cannot be inlined is dropped and the two calls stay as they were.
+stage cannot be inlined is dropped and the two calls stay as they were; a pair whose kernels give the
+shared tensor different buffer types (TVM's kernels index with int64, our integer kernels with int32),
+which FuseTIR cannot merge, is not grouped.
 
 Every element is computed by the same expression on the same values, so
 results are bit-identical to TVM's build.
@@ -42,6 +44,7 @@ from __future__ import annotations
 import logging
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 
 from .shrink_workspace import compact, shrink_func
@@ -138,8 +141,26 @@ def _producers(mod, block, uses, exclude) -> dict:
             ins = [_nbytes(x.ty) for x in p.args[1].fields if isinstance(x, relax.Var)]
             if out is None or any(n is None or n > out for n in ins):
                 continue
+            if not _same_buffers(mod, p, b.value, a):
+                continue
             groups.setdefault(k, []).append(j)
     return groups
+
+
+def _same_buffers(mod, producer, consumer, var) -> bool:
+    """FuseTIR maps one Relax value to one TIR buffer: the producer's output buffer must have the same type
+    (shape, index types, dtype) as every consumer parameter ``var`` is passed to, and an argument both calls
+    take must have the same buffer type in both (TVM's kernels index with int64, ours with int32)."""
+    pf, cf = mod[producer.args[0]], mod[consumer.args[0]]
+    bufs: dict = {}
+    p_args = list(producer.args[1].fields)
+    c_args = list(consumer.args[1].fields)
+    if len(pf.params) != len(p_args) + 1 or len(cf.params) < len(c_args):
+        return False
+    for a, q in list(zip(p_args, pf.params)) + [(var, pf.params[len(p_args)])] + list(zip(c_args, cf.params)):
+        if isinstance(a, relax.Var):
+            bufs.setdefault(a, []).append(q.ty)
+    return all(tvm_ffi.structural_equal(t[0], u) for t in bufs.values() for u in t[1:])
 
 
 def _group_function(block, consumer: int, producers: list):
@@ -208,9 +229,15 @@ def _merge_once(mod, function: str, exclude: list):
         new_blocks.append(relax.DataflowBlock(out))
     if not pending:
         return mod, [], []
-    bb.update_func(mod.get_global_var(function), relax.Function(
-        func.params, relax.SeqExpr(new_blocks, func.body.body), func.ret_ty, func.is_pure, func.attrs, func.span))
-    grouped = relax.transform.FuseTIR()(bb.get())
+    staged = bb.get()
+    staged[function] = relax.Function(func.params, relax.SeqExpr(new_blocks, func.body.body), func.ret_ty,
+                                      func.is_pure, func.attrs, func.span)
+    try:
+        grouped = relax.transform.FuseTIR()(staged)
+    except Exception as e:  # noqa: BLE001 - a merge TVM refuses: the program stays as it was
+        log.warning("InlineProducers: FuseTIR refused the merged kernels; none merged (%s)",
+                    str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__)
+        return mod, [], []
     kernels = {}
     for blk in grouped[function].body.blocks:
         for b in blk.bindings:
