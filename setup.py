@@ -2,7 +2,8 @@
 
 from setuptools import find_packages, setup
 
-TVM = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.15.post2", "tflite==2.18.0"]  # tflite: the schema package relax.frontend.tflite imports
+# tflite: the schema package relax.frontend.tflite imports; apache-tvm-ffi: imported directly (structural_equal)
+TVM = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.15.post2", "tflite==2.18.0"]
 ILP = ["ortools==9.15.6755"]
 TFLITE = ["ai-edge-litert==2.3.0", "tflite-micro==0.dev20261023182759"]
 PLOT = ["matplotlib>=3.7"]

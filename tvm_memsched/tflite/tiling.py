@@ -14,7 +14,8 @@ stage tensor but ``T`` is read outside the stage. Tileable operators:
 CONV_2D and DEPTHWISE_CONV_2D (any stride, dilation, SAME or VALID padding),
 AVERAGE_POOL_2D / MAX_POOL_2D without padding (TFLite's SAME pooling excludes
 padded elements, which no explicit padding reproduces), PAD / PADV2 on the
-spatial and channel axes (the channel padding of residual shortcuts, repeated in every patch), element-wise activations, QUANTIZE / DEQUANTIZE, and ADD / SUB /
+spatial and channel axes (the channel padding of residual shortcuts, repeated in
+every patch), element-wise activations, QUANTIZE / DEQUANTIZE, and ADD / SUB /
 MUL / SQUARED_DIFFERENCE whose other operands are stage tensors of the same
 shape or per-channel constants.
 
