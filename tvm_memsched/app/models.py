@@ -262,7 +262,9 @@ def tiled_relax_spec(spec: str, args, progress=None):
         untiled, _ = load_relax_spec(spec, input_shapes=getattr(args, "input_shape", None))
         res = search_tiling_for(untiled, args, progress=progress)
         return res.buf, res, untiled, None
-    res = search_tiling_for(read_tflite(buf, label=spec), args, progress=progress)
+    # scored with the overlaps our Relax in-place execution finds (traced windows, like TFLM's "windowed")
+    inplace = "off" if getattr(args, "no_inplace", False) else "windowed"
+    res = search_tiling_for(read_tflite(buf, label=spec), args, progress=progress, inplace=inplace)
     untiled = from_tflite_bytes(buf, spec)
     if res.chosen is None:
         return None, res, untiled, buf
