@@ -112,10 +112,10 @@ def _boundaries(mod) -> int:
 def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -> tuple["tvm.IRModule", int]:
     """``(module, convolutions converted)`` with every ``relax.nn.conv2d`` in data layout ``layout``.
 
-    ``boundary_only``: when the conversion puts layout transforms inside the network (operators
-    without a layout rule, such as ShuffleNet's channel shuffle by reshape and transpose, or TVM's
-    channels-first depthwise convolutions, get a transpose before and after), keep it only if
-    :func:`~tvm_memsched.relax.estimate.estimated_peak` does not grow.
+    ``boundary_only``: keep the conversion only when it adds no more layout transforms than the
+    functions have boundaries (inputs and results); operators without a layout rule, such as
+    ShuffleNet's channel shuffle by reshape and transpose, or the crops of a patch-tiled stage, get a
+    transpose before and after, and those copies cost more than channels-last overlaps save.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown convolution layout {layout!r}; use one of {', '.join(LAYOUTS)}")
