@@ -42,11 +42,13 @@ Example
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
+from .ir import static_nbytes, var_occurrences
 from .shrink_workspace import compact, shrink_func
 from .workspace import walk_stmts, workspace_bytes
 
@@ -62,19 +64,6 @@ _BINARY = tuple(getattr(tirx, n) for n in ("Add", "Sub", "Mul", "Div", "Mod", "F
 
 def _is_call_tir(value) -> bool:
     return isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR)
-
-
-def _nbytes(ty) -> int | None:
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        n = 1
-        for s in ty.shape.values:
-            n *= int(s)
-    except (TypeError, AttributeError):
-        return None
-    dt = tvm.runtime.DataType(str(ty.dtype))
-    return n * max(1, dt.bits * dt.lanes // 8)
 
 
 def _cheap_expr(e) -> bool:
@@ -112,14 +101,7 @@ def _cheap(func) -> bool:
 
 
 def _uses(func) -> dict:
-    count: dict = {}
-
-    def visit(e):
-        if isinstance(e, relax.Var):
-            count[e] = count.get(e, 0) + 1
-
-    relax.analysis.post_order_visit(func.body, visit)
-    return count
+    return Counter(var_occurrences(func.body))
 
 
 def _producers(mod, block, uses, exclude) -> dict:
@@ -137,8 +119,8 @@ def _producers(mod, block, uses, exclude) -> dict:
             if not _is_call_tir(p) or not isinstance(mod[p.args[0]], tirx.PrimFunc) \
                     or not _cheap(mod[p.args[0]]) or isinstance(p.ty, relax.TupleType):
                 continue
-            out = _nbytes(p.ty)
-            ins = [_nbytes(x.ty) for x in p.args[1].fields if isinstance(x, relax.Var)]
+            out = static_nbytes(p.ty)
+            ins = [static_nbytes(x.ty) for x in p.args[1].fields if isinstance(x, relax.Var)]
             if out is None or any(n is None or n > out for n in ins):
                 continue
             if not _same_buffers(mod, p, b.value, a):

@@ -12,7 +12,7 @@ from tvm import relax
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["dtype_bytes", "static_shape", "expr_shape", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
+__all__ = ["dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
            "shape_values", "field_types"]
 
 #: ops whose result is a view of (aliases) their tensor input: no new memory
@@ -54,6 +54,24 @@ def expr_shape(expr) -> list[int] | None:
     """Static shape of a tensor-typed Relax expression, or None (not a tensor, unknown or symbolic)."""
     ty = getattr(expr, "ty", None)
     return static_shape(ty) if isinstance(ty, relax.TensorType) else None
+
+
+def var_occurrences(expr) -> list:
+    """Every occurrence of a Relax variable in ``expr`` (repeated as often as it is used)."""
+    out = []
+    relax.analysis.post_order_visit(expr, lambda e: out.append(e) if isinstance(e, relax.Var) else None)
+    return out
+
+
+def static_nbytes(ty) -> int | None:
+    """Bytes of a statically shaped TensorType, None for anything else (see :func:`tensor_bytes`)."""
+    shape = static_shape(ty) if isinstance(ty, relax.TensorType) else None
+    if shape is None:
+        return None
+    n = 1
+    for s in shape:
+        n *= s
+    return n * dtype_bytes(ty.dtype)
 
 
 def tensor_bytes(ty, what: str = "tensor") -> int:

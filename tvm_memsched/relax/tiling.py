@@ -59,6 +59,7 @@ from ..core.errors import UnsupportedError
 from ..core.tiling import DEFAULT_BUDGET, DEFAULT_GRIDS, TilingCandidate, TilingResult, input_range, patch_ranges
 from .estimate import estimated_peak
 from .ir import expr_shape as _shape
+from .ir import var_occurrences as _vars_in
 
 __all__ = ["split_points", "tile_function", "tile_module", "search_tiling", "PatchTiling"]
 
@@ -189,12 +190,6 @@ class _Stage:
             return False
         padded = [1] * (4 - len(shape)) + shape if len(shape) <= 4 else None
         return padded is not None and all(padded[ax] == 1 for ax in _AXES[layout])
-
-
-def _vars_in(expr) -> list:
-    out = []
-    relax.analysis.post_order_visit(expr, lambda e: out.append(e) if isinstance(e, relax.Var) else None)
-    return out
 
 
 def _depends_on_x(var, st: _Stage) -> bool:
@@ -421,7 +416,6 @@ def tile_module(mod, split: str, grid: tuple[int, int]) -> tuple["tvm.IRModule",
 
 
 def _model_macs(func) -> int:
-    st = _Stage(func)
     total = 0
 
     def visit(e):
@@ -436,7 +430,6 @@ def _model_macs(func) -> int:
             if a is not None and o is not None:
                 total += math.prod(o) * a[-1]
 
-    del st
     relax.analysis.post_order_visit(func.body, visit)
     return total
 
@@ -511,6 +504,8 @@ class PatchTiling:
         The value the tiled stage ends at (default: searched).
     grid : (int, int), optional
         Patch rows x columns (default: searched).
+    time_limit : float
+        Seconds our scheduler may spend on each candidate's estimated peak (default 2).
 
     ``.result`` holds the last :class:`~tvm_memsched.core.tiling.TilingResult`;
     a model without a split point, or where no tiling lowers the peak, is left
