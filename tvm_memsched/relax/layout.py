@@ -109,6 +109,37 @@ def _boundaries(mod) -> int:
     return sum(len(f.params) + 1 for _, f in mod.functions_items() if isinstance(f, relax.Function))
 
 
+def _result_copy_bytes(mod) -> int:
+    """The largest transpose producing a function's result: both layouts of the result are alive there."""
+    from .ir import static_nbytes
+
+    worst = 0
+    for _, f in mod.functions_items():
+        if not isinstance(f, relax.Function) or not isinstance(f.body, relax.SeqExpr):
+            continue
+        values = {b.var: b.value for blk in f.body.blocks for b in blk.bindings}
+        ret = f.body.body
+        todo = list(ret.fields) if isinstance(ret, relax.Tuple) else [ret]
+        while todo:
+            v = values.get(todo.pop())
+            if isinstance(v, relax.Var):
+                todo.append(v)
+            elif isinstance(v, relax.Tuple):
+                todo.extend(v.fields)
+            elif isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name in _TRANSFORMS:
+                worst = max(worst, (static_nbytes(v.args[0].ty) or 0) + (static_nbytes(v.ty) or 0))
+    return worst
+
+
+def _peak_estimate(mod) -> int:
+    from .estimate import estimated_peak
+
+    try:
+        return estimated_peak(mod)
+    except Exception:  # noqa: BLE001 - no estimate: keep the model's layout
+        return 0
+
+
 def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -> tuple["tvm.IRModule", int]:
     """``(module, convolutions converted)`` with every ``relax.nn.conv2d`` in data layout ``layout``.
 
@@ -116,6 +147,9 @@ def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -
     functions have boundaries (inputs and results); operators without a layout rule, such as
     ShuffleNet's channel shuffle by reshape and transpose, or the crops of a patch-tiled stage, get a
     transpose before and after, and those copies cost more than channels-last overlaps save.
+    Nor when transposing the result back (both layouts of it alive together) needs more than the
+    model's own estimated peak: in a small network whose result is its largest tensor, that copy
+    is the peak.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown convolution layout {layout!r}; use one of {', '.join(LAYOUTS)}")
@@ -127,6 +161,10 @@ def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -
         new = relax.transform.DeadCodeElimination()(new)
         if boundary_only and _transforms(new) - _transforms(mod) > _boundaries(mod):
             log.info("ConvolutionLayout: %s would add transposes inside the network; layout kept", layout)
+            return mod, 0
+        copy = _result_copy_bytes(new)
+        if boundary_only and copy and copy > _peak_estimate(mod):
+            log.info("ConvolutionLayout: %s would transpose the result beyond the model's peak; layout kept", layout)
             return mod, 0
         if layout == "NHWC":                       # ChannelsFirstReduction restores the NCHW summation order
             new = new.with_attr(CONVERTED_ATTR, True)
