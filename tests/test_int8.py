@@ -14,6 +14,8 @@ Two documented divergences between the two runtimes (not ours):
   follow LiteRT.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,7 @@ from tvm_memsched.relax.frontend import from_tflite_bytes
 from tvm_memsched.relax.int8 import fixedpoint as fx
 from tvm_memsched.relax.int8 import params as P
 from tvm_memsched.relax.int8.lower import IntegerLowering, lower_int8
+from tvm_memsched.relax.int8.kernels import description
 from tvm_memsched.tflite.builder import ModelBuilder, tfl
 from tvm_memsched.tflite.verify import tflm_run
 
@@ -434,13 +437,24 @@ def test_micro_cli_checks_an_int8_tflite_against_tflite_micro(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mobilenet_v2", "swiftnet_like", "darts_v2_cifar_tiny", "densenet_like"])
 def test_zoo_int8_models_need_no_kernel_workspace_and_no_float(name, tmp_path):
-    """Every operator of the zoo's int8 files is lowered (no float island), and no kernel keeps a temporary."""
+    """Every operator of the zoo's int8 files is lowered (no float island), and no integer TIR kernel keeps a
+    temporary; the microkernel library's only workspace is its two-pixel column buffer."""
     from tvm_memsched import micro, zoo
+    from tvm_memsched.micro.nn import select
 
-    exp = micro.export(from_tflite_bytes(zoo.tflite(name, "int8")), "mps2-an386", str(tmp_path), measure=False)
+    mod = from_tflite_bytes(zoo.tflite(name, "int8"))
+    exp = micro.export(mod, "mps2-an386", str(tmp_path / "tvm"), measure=False, kernels="tvm")
     assert exp.int8 is not None and exp.int8["islands"] == []
     assert exp.workspace_bytes <= 16
     assert exp.arena_bytes == exp.lower_bound_bytes
+    fast = micro.export(mod, "mps2-an386", str(tmp_path / "fast"), measure=False)
+    assert set(fast.library_kernels.values()) >= {"conv2d", "dense"}
+    # the column buffer of a convolution: two windows of kh * kw * in_c bytes, each rounded up to 4
+    lowered, _ = lower_int8(mod)
+    cols = [2 * (-(-math.prod(d["w"][1:]) // 4) * 4) for f in lowered.functions.values()
+            if (d := description(f)) is not None and d["op"] == "conv2d"]
+    assert fast.workspace_bytes == max(cols)
+    assert fast.arena_bytes <= exp.arena_bytes * 1.05
 
 
 def test_uint8_models_stay_float_and_say_so():

@@ -25,7 +25,7 @@ REQUIRED = ["nasnet_a_cifar", "nasnet_a_imagenet", "amoebanet_a_cifar", "amoeban
 # plausible layer-count ranges per family (ops of the Graph)
 LAYER_RANGE = {"nasnet_a": (150, 1000), "amoebanet_a": (150, 1000), "darts_v2": (120, 1000),
                "randwire": (90, 500), "hrnet": (100, 400), "swiftnet": (55, 90), "resnet": (20, 80),
-               "mobilenet": (50, 100), "densenet": (70, 150)}
+               "mobilenet": (50, 100), "densenet": (70, 150), "tinyml": (10, 40)}
 
 
 # ------------------------------------------------------------------ helpers
@@ -143,6 +143,24 @@ def test_model_costs_match_published_figures():
     assert net.macs(conv) == 32 * 32 * 16 * 16 * 9
     assert net.param_bytes(conv) == 4 * (16 * 16 * 9 + 16)
     assert net.param_bytes(conv, "int8") == 16 * 16 * 9 + 4 * 16
+
+
+def test_tinyml_models_have_their_reference_structure():
+    """MLPerf Tiny's four models: multiply-accumulates counted from the published layer shapes."""
+    # DS-CNN: 10x4/2 conv to 64 on 49x10 -> 25x5, 4 x (3x3 depthwise + 1x1 64->64), dense 64->12
+    px = 25 * 5
+    assert zoo.get_net("ds_cnn").total_macs() == px * 64 * 40 + 4 * (px * 64 * 9 + px * 64 * 64) + 64 * 12
+    # ResNet-8: one basic block per stage, 1x1/2 projections into stages 2 and 3
+    net = zoo.get_net("resnet8")
+    assert net.count("add") == 3 and net.count("conv2d") == 9 and net.output_shape == (1, 10)
+    # MobileNetV1 0.25 @ 96: 8-channel stem at 48x48, 256 channels at 3x3 before the pool
+    net = zoo.get_net("mobilenet_v1_025")
+    assert net.layer("stem").shape == (1, 8, 48, 48) and net.layer("block13/pw").shape == (1, 256, 3, 3)
+    assert net.count("depthwise_conv2d") == 13
+    # the autoencoder: ten dense layers, 640 -> 8 -> 640
+    net = zoo.get_net("fc_autoencoder")
+    assert net.input_shape == net.output_shape == (1, 640) and net.layer("bottleneck").shape == (1, 8)
+    assert net.total_macs() == 640 * 128 + 3 * 128 * 128 + 128 * 8 + 8 * 128 + 3 * 128 * 128 + 128 * 640
 
 
 # ---------------------------------------------------------------- structure

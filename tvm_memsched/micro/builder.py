@@ -110,6 +110,10 @@ class MicroExport:
     state_bytes: int = 0
     inplace_ops: int = 0                      # kernel outputs placed over an input dying at the call
     arena_no_inplace_bytes: int | None = None  # our plan of the same program without in-place execution
+    kernel_mode: str = "tvm"                  # "fast": the microkernel library where it applies; "tvm": TVM's C
+    library_kernels: dict = field(default_factory=dict)   # kernel name -> operator, computed by the library
+    macs: int = 0                             # multiply-accumulates of one inference (convolutions, matmuls)
+    call_macs: list = field(default_factory=list)         # per kernel call, where known (library kernels)
     states: list = field(default_factory=list, repr=False)
     mod: object = field(default=None, repr=False)
     program: object = field(default=None, repr=False)
@@ -183,9 +187,24 @@ class MicroExport:
                              f"shape (ShrinkConstants): {saved:,} B less flash")
         if self.int8:
             lines.insert(-1, "  " + self.int8["summary"])
+        if self.planner == "tvm_memsched":
+            lines.insert(-1, "  " + self.kernels_line())
         if self.default is not None and self.ours is not None:
             lines.append(fit_report(self))
         return "\n".join(lines)
+
+    def kernels_line(self) -> str:
+        """Which kernels the microkernel library computes (``kernel_mode="fast"``)."""
+        if self.kernel_mode != "fast":
+            return "kernel code   TVM's C code generator for every kernel (--kernels tvm)"
+        if not self.library_kernels:
+            return "kernel code   TVM's C code generator (no kernel the microkernel library computes)"
+        ops: dict = {}
+        for op in self.library_kernels.values():
+            ops[op] = ops.get(op, 0) + 1
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(ops.items()))
+        return (f"kernel code   {len(self.library_kernels)} of {self.kernels} kernels by the microkernel library "
+                f"tms_nn ({kinds}), the rest by TVM's C code generator")
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()
@@ -262,7 +281,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
            time_limit: float | None = None, alignment: int = 16, shrink_workspace: bool = True,
            shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
            compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
-           int8: bool = True, io_in_arena: bool = True, inplace: bool = True, **options) -> MicroExport:
+           int8: bool = True, io_in_arena: bool = True, inplace: bool = True, kernels: str = "fast",
+           **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
     Parameters
@@ -320,6 +340,12 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         Let a kernel output share arena memory with an input that dies at the call
         where the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`);
         those kernels are compiled without ``restrict`` buffers. False: never.
+    kernels : {"fast", "tvm"}
+        ``"fast"``: integer convolutions, fully connected layers and pools run on
+        tvm_memsched's microkernel library (:mod:`.nn`: register accumulators,
+        zero points folded into the bias, SMLAD on cores with the DSP extension),
+        bit-identical to the TIR kernels; ``"tvm"``: TVM's C code generator for
+        every kernel. TVM's plan (``planner="tvm"``) always uses TVM's C.
 
     Raises :class:`UnsupportedError` for models the C export cannot handle.
     """
@@ -334,9 +360,12 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
 
+    from ..relax.ir import model_macs
     from ..relax.names import c_safe_names
 
     board = get_board(board)
+    if kernels not in ("fast", "tvm"):
+        raise UnsupportedError(f"unknown kernel choice '{kernels}': use 'fast' or 'tvm'")
     mod, _ = c_safe_names(mod)    # names from the model file never reach generated C as written
     states = model_states(mod)
     io = io_in_arena and not states          # a stateful model's inputs and outputs stay the caller's
@@ -391,11 +420,18 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         pre_ours = allow_aliasing(pre_ours, candidate_kernels(pre_ours))
     seconds["relax"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    kernels = {}
+    kernel_mode, kernels = kernels, {}
+    library = {}
     for key, pre in (("tvm_memsched", pre_ours), ("tvm", pre_tvm)):
         if pre is not None:
             prims = {gv.name_hint for gv, f in pre.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
-            kernels[key] = compile_kernels(pre, _called_kernels(pre["main"], prims), target, prefix=name)
+            called = _called_kernels(pre["main"], prims)
+            if key == "tvm_memsched" and kernel_mode == "fast":
+                from .nn import params_fit, select
+
+                library = {n: k for n, k in select(pre, called).items() if params_fit(k)}
+            kernels[key] = compile_kernels(pre, called, target, prefix=name,
+                                           library=library if key == "tvm_memsched" else None)
     seconds["kernels"] = time.perf_counter() - t0
 
     def ws(gv):
@@ -414,6 +450,10 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
         prog = translate(planned["main"], kernels["tvm_memsched"], workspace=workspace, alignment=alignment,
                          prefix=name, states=states, input_offsets=rep.inputs if io else None)
+        if library:
+            from .nn import repack
+
+            repack(prog, library)
         lower_bound = sum(rep.lower_bound_bytes.values())
         if inplace and rep.inplace:          # for the report: the gain of in-place execution alone
             _, plain = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
@@ -435,7 +475,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     seconds["plan"] = time.perf_counter() - t0
     prog = programs[planner]
     prog.comment = _comment(board, planner, method, prog, lower_bound if planner == "tvm_memsched" else 0)
-    files = _write(out_dir, name, prog, kernels[planner])
+    files = _write(out_dir, name, prog, kernels[planner], library=bool(library) and planner == "tvm_memsched")
     io_bytes = 0 if prog.io_in_arena else sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
         sum(tensor_nbytes(s, d) for s, d in prog.outputs)
     exp = MicroExport(
@@ -452,7 +492,10 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         tvm_kernels_workspace_bytes=max(kernels["tvm"].workspace.values(), default=0) if "tvm" in kernels else None,
         state_bytes=prog.state_bytes, states=list(states),
         inplace_ops=rep.inplace if rep is not None and planner == "tvm_memsched" else 0,
-        arena_no_inplace_bytes=no_inplace if planner == "tvm_memsched" else None)
+        arena_no_inplace_bytes=no_inplace if planner == "tvm_memsched" else None,
+        kernel_mode=kernel_mode if planner == "tvm_memsched" else "tvm",
+        library_kernels={n: k.op for n, k in library.items()} if planner == "tvm_memsched" else {},
+        macs=model_macs(mod["main"]), call_macs=_call_macs(prog, library if planner == "tvm_memsched" else {}))
     if measure:
         from .firmware import measure as _measure
 
@@ -465,6 +508,13 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     if check_fit:
         exp.check_fit()
     return exp
+
+
+def _call_macs(prog, library) -> list:
+    """Multiply-accumulates of each kernel call where the kernel's operator is known (None elsewhere)."""
+    from .nn import call_macs
+
+    return [call_macs(library[c.kernel].desc) if c.kernel in library else None for c in prog.calls]
 
 
 def _check_signature(func) -> None:
@@ -532,8 +582,8 @@ def _comment(board, planner, method, prog, lower_bound) -> str:
     return "\n".join(lines + [f"{len(prog.calls)} kernel calls in the scheduled order."])
 
 
-def _write(out_dir: str, name: str, prog, kernels) -> dict:
-    """Write the C project; returns ``{kind: path}``."""
+def _write(out_dir: str, name: str, prog, kernels, library: bool = False) -> dict:
+    """Write the C project (with the microkernel library's files if ``library``); returns ``{kind: path}``."""
     from .toolchain import tvm_include_dirs
 
     os.makedirs(out_dir, exist_ok=True)
@@ -548,7 +598,9 @@ def _write(out_dir: str, name: str, prog, kernels) -> dict:
     put("source", f"{name}.c", prog.source())
     put("params", f"{name}_params.c", prog.params_source())
     put("kernels", f"{name}_kernels.c", kernels.source)
-    for fname in ("tvm_memsched_rt.c", "tvm_memsched_rt.h"):
+    from .nn import LIBRARY_FILES
+
+    for fname in ("tvm_memsched_rt.c", "tvm_memsched_rt.h") + (LIBRARY_FILES if library else ()):
         shutil.copyfile(os.path.join(_RUNTIME_DIR, fname), os.path.join(out_dir, fname))
         files[fname.replace(".", "_")] = os.path.abspath(os.path.join(out_dir, fname))
     inc_dirs = tvm_include_dirs()

@@ -50,7 +50,7 @@ class Objects:
 
 def _model_sources(exp) -> list[str]:
     return [exp.files["kernels"], exp.files["source"], exp.files["params"],
-            os.path.join(exp.out_dir, "tvm_memsched_rt.c")]
+            os.path.join(exp.out_dir, "tvm_memsched_rt.c")] + ([exp.files["tms_nn_c"]] if "tms_nn_c" in exp.files else [])
 
 
 def compile_model(exp, build_dir: str, board: Board | None = None, extra_sources=(), extra_flags=()) -> Objects:
@@ -69,9 +69,25 @@ def stack_estimate(exp, usage: dict) -> int:
     run = usage.get(f"{exp.name}_run", (0, ""))[0]
     syms = {f"__tvm_ffi_{exp.program.kernels.symbols[c.kernel]}" for c in exp.program.calls}
     kernel = max([usage.get(s, (0, ""))[0] for s in syms] or [0])
+    if "tms_nn_c" in exp.files:     # a library kernel: its wrapper, the entry point and every helper below it
+        lib = {f: n for f, (n, _) in usage.items() if f.startswith("tms_")}
+        helpers = sum(n for f, (n, q) in usage.items() if "static" in q and f in _library_statics(exp))
+        kernel = max(kernel, max([usage.get(s, (0, ""))[0] for s in syms] or [0]) + max(lib.values(), default=0)
+                     + helpers)
     leaf = max([usage.get(f, (0, ""))[0] for f in ("TVMBackendAllocWorkspace", "TVMBackendFreeWorkspace",
                                                   "tvm_memsched_set_error")] + [LEAF_STACK_ALLOWANCE])
     return run + kernel + leaf
+
+
+def _library_statics(exp) -> set:
+    """Names of the static functions of the microkernel library's C file (bounds the call depth below an
+    entry point: each appears at most once on a call chain)."""
+    import re
+
+    with open(exp.files["tms_nn_c"], encoding="utf-8") as f:
+        text = f.read()
+    return set(re.findall(r"^static (?:inline )?[\w ]+?\b(\w+)\(", text, re.M)) | \
+        set(re.findall(r"^TMS_INLINE [\w ]+?\b(\w+)\(", text, re.M))
 
 
 def linker_script(path: str, flash_bytes: int, ram_bytes: int, stack_bytes: int) -> str:

@@ -169,14 +169,29 @@ _HEADER = """\
 """
 
 
-def compile_kernels(mod, names, target, prefix: str = "model") -> KernelModule:
+_LIBRARY_PART = """
+/* ---- kernels computed by tvm_memsched's microkernel library (tms_nn.c) ---- */
+#include "tvm/runtime/c_backend_api.h"
+#include "tvm/ffi/c_api.h"
+#include "tms_nn.h"
+"""
+
+
+def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> KernelModule:
     """Build the PrimFuncs ``names`` of ``mod`` into one C source for ``target`` (a C target).
+
+    ``library``: ``{name: NnKernel}`` (:func:`tvm_memsched.micro.nn.select`) for kernels computed by the
+    microkernel library instead; their C functions call it, with arguments as
+    :func:`tvm_memsched.micro.nn.repack` leaves them.
 
     Raises :class:`UnsupportedError` when TVM's C code generator rejects a kernel.
     """
     import tvm
 
+    from .nn import wrapper_source
+
     _register_fabs()
+    library = dict(library or {})
     symbols = {name: c_identifier(f"{prefix}_{name}") for name in names}
     if len(set(symbols.values())) != len(symbols):
         raise UnsupportedError("kernel names collide after conversion to C identifiers")
@@ -186,18 +201,23 @@ def compile_kernels(mod, names, target, prefix: str = "model") -> KernelModule:
         func = mod[name]
         if not isinstance(func, tvm.tirx.PrimFunc):
             raise UnsupportedError(f"'{name}' is not a TIR PrimFunc")
-        funcs[symbols[name]] = func.with_attr("global_symbol", symbols[name])
         num_params[name] = len(func.params)
-    tmod = tvm.IRModule(funcs)
-    config = {"tirx.disable_assert": True, "tirx.disable_vectorize": True}
-    try:
-        with tvm.transform.PassContext(opt_level=3, config=config):
-            lib = tvm.tirx.build(tmod, target=target)
-    except Exception as e:  # TVM raises assorted errors for kernels the C codegen cannot handle
-        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise UnsupportedError(f"TVM's C code generator cannot compile the kernels: "
-                               f"{lines[-1] if lines else type(e).__name__}") from None
-    body = lib.inspect_source()
+        if name not in library:
+            funcs[symbols[name]] = func.with_attr("global_symbol", symbols[name])
+    body = ""
+    if funcs:
+        tmod = tvm.IRModule(funcs)
+        config = {"tirx.disable_assert": True, "tirx.disable_vectorize": True}
+        try:
+            with tvm.transform.PassContext(opt_level=3, config=config):
+                lib = tvm.tirx.build(tmod, target=target)
+        except Exception as e:  # TVM raises assorted errors for kernels the C codegen cannot handle
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            raise UnsupportedError(f"TVM's C code generator cannot compile the kernels: "
+                                   f"{lines[-1] if lines else type(e).__name__}") from None
+        body = lib.inspect_source()
+    if library:
+        body += _LIBRARY_PART + "\n".join(wrapper_source(library[n], symbols[n]) for n in names if n in library)
     reqs = workspace_requests(body)
     by_symbol = {sym: name for name, sym in symbols.items()}
     requests = {by_symbol[s]: ev for s, ev in reqs.items() if s in by_symbol}

@@ -36,7 +36,7 @@ from .firmware import arm_link_flags, compile_model, linker_script, runtime_file
 from .toolchain import CompileError, find_tool, host_cc, link
 from .toolchain import run as run_command
 
-__all__ = ["RunResult", "run_host", "run_qemu", "reference_outputs", "reference_sequence", "litert_reference",
+__all__ = ["RunResult", "run_host", "run_qemu", "profile_table", "reference_outputs", "reference_sequence", "litert_reference",
            "default_inputs",
            "default_sequence", "HARNESS_STACK_BYTES"]
 
@@ -69,6 +69,12 @@ class RunResult:
     sequence: list = field(default_factory=list, repr=False)
     reference_sequence: list | None = field(default=None, repr=False)
     reference_name: str = "TVM"
+    profile: dict = field(default_factory=dict)     # kernel call index -> instructions (profiled runs)
+    macs: int = 0                                   # multiply-accumulates of one inference (from the model)
+
+    @property
+    def instructions_per_mac(self) -> float | None:
+        return self.instructions / self.macs if self.instructions and self.macs else None
 
     @property
     def invocations(self) -> int:
@@ -82,7 +88,9 @@ class RunResult:
                     f"({'ok' if self.ok else 'MISMATCH'})"),
                  f"run {self.seconds:.2f} s"]
         if self.instructions is not None:
-            parts.append(f"{self.instructions:,} instructions")
+            parts.append(f"{self.instructions:,} instructions"
+                         + (f" ({self.instructions_per_mac:.2f} per multiply-accumulate, {self.macs:,} MACs)"
+                            if self.instructions_per_mac else ""))
         if self.stack_used is not None:
             parts.append(f"stack used {self.stack_used:,} B of {self.stack_reserved:,} B reserved")
         parts.append(f"workspace high water {self.workspace_high_water:,} B")
@@ -222,8 +230,15 @@ def _parse(exp: MicroExport, stdout: str):
     error = None
     for line in stdout.splitlines():
         line = line.strip()
-        m = re.match(r"^(invocation|output|instructions|stack_used|workspace_high_water|error_call) (\d+)$", line)
-        if m:
+        m = re.match(r"^(invocation|output|instructions|stack_used|workspace_high_water|error_call|"
+                     r"profile_call|profile_instructions) (\d+)$", line)
+        if m and m.group(1).startswith("profile_"):
+            current = None
+            if m.group(1) == "profile_call":
+                stats["_call"] = int(m.group(2))
+            elif "_call" in stats:
+                stats.setdefault("profile", {})[stats.pop("_call")] = int(m.group(2))
+        elif m:
             current = None
             if m.group(1) == "invocation":
                 runs.append({})
@@ -302,7 +317,8 @@ def _finish(exp, mode, out, sequence, reference, check, rtol, atol, warnings, pr
             err, ok = max(err, e), ok and o
     return RunResult(mode, runs[0], None if reference is None else reference[0], err, ok, out.seconds,
                      stats.get("workspace_high_water", 0), stats.get("instructions"), stats.get("stack_used"),
-                     stack_reserved, warnings, out.stdout, program, runs, reference, reference_name)
+                     stack_reserved, warnings, out.stdout, program, runs, reference, reference_name,
+                     stats.get("profile", {}), getattr(exp, "macs", 0) or 0)
 
 
 def _sequence(exp, inputs, sequence, seed, reference):
@@ -343,9 +359,12 @@ def run_host(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
 
 def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, reference=None, check: bool = True,
              rtol: float = 1e-4, atol: float = 1e-4, timeout: float = 600, board=None,
-             reference_name: str = "TVM") -> RunResult:
+             reference_name: str = "TVM", profile: bool = False) -> RunResult:
     """Cross-compile the exported C for its board, run it on QEMU and compare with TVM (``inputs``,
     ``sequence`` and ``reference`` as for :func:`run_host`).
+
+    ``profile``: also time every kernel call of the first invocation (``.profile``,
+    :func:`profile_table`); the hooks add a few instructions per call to the total.
 
     ``board`` overrides the export's board (same core family expected). Raises
     :class:`DoesNotFitError` when the firmware does not link within the board's
@@ -362,7 +381,8 @@ def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
     build_dir = os.path.join(exp.out_dir, "run", board.name)
     data = _write_harness(exp, sequence, build_dir)
     objs = compile_model(exp, build_dir, board, extra_sources=[runtime_file("harness.c"), runtime_file("startup.c"),
-                                                               data], extra_flags=["-I", build_dir])
+                                                               data],
+                         extra_flags=["-I", build_dir] + (["-DTVM_MEMSCHED_PROFILE"] if profile else []))
     stack = -(-(stack_estimate(exp, objs.usage) + HARNESS_STACK_BYTES) // 8) * 8
     script = linker_script(os.path.join(build_dir, "firmware.ld"), board.flash_bytes, board.sram_bytes, stack)
     elf = os.path.join(build_dir, f"{exp.name}.elf")
@@ -390,3 +410,34 @@ def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
     out = _run_complete(cmd, timeout, exp)
     return _finish(exp, f"qemu {machine}" + (f" as {board.name}" if board.qemu_machine is None else ""), out,
                    sequence, reference, check, rtol, atol, objs.warnings, elf, stack, reference_name)
+
+
+def profile_table(exp: MicroExport, result: RunResult, top: int = 12) -> str:
+    """Where a profiled run's instructions went, by kernel: calls, instructions, share, multiply-accumulates
+    and instructions per multiply-accumulate (where the kernel's operator is known)."""
+    if not result.profile:
+        return "  no profile (run with profile=True on a Cortex-M board)"
+    rows: dict = {}
+    for k, n in result.profile.items():
+        if k >= len(exp.program.calls):
+            continue
+        name = exp.program.calls[k].kernel
+        r = rows.setdefault(name, [0, 0, 0])
+        r[0] += 1
+        r[1] += n
+        macs = exp.call_macs[k] if k < len(exp.call_macs) else None
+        r[2] += macs or 0
+    total = sum(r[1] for r in rows.values()) or 1
+    lib = exp.library_kernels
+    table = [("kernel", "code", "calls", "instructions", "share", "MACs", "per MAC")]
+    for name, (calls, n, macs) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:top]:
+        table.append((name, lib.get(name, "TVM C"), str(calls), f"{n:,}", f"{100 * n / total:.1f}%",
+                      f"{macs:,}" if macs else "-", f"{n / macs:.2f}" if macs else "-"))
+    if len(rows) > top:
+        rest = sorted(rows.values(), key=lambda r: -r[1])[top:]
+        n = sum(r[1] for r in rest)
+        table.append((f"({len(rest)} more)", "", str(sum(r[0] for r in rest)), f"{n:,}", f"{100 * n / total:.1f}%",
+                      "", ""))
+    w = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join("  " + "  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
+                     for r in table)

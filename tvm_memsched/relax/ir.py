@@ -12,7 +12,7 @@ from tvm import relax
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
+__all__ = ["model_macs", "dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
            "shape_values", "field_types"]
 
 #: ops whose result is a view of (aliases) their tensor input: no new memory
@@ -117,3 +117,40 @@ def is_op(expr, name: str) -> bool:
 
 def call_tir_op(call) -> bool:
     return isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name in CALL_TIR_OPS
+
+
+def model_macs(func) -> int:
+    """Multiply-accumulates of the convolutions and matrix products in a Relax function (static shapes).
+
+    ``conv2d``: output elements x input channels per group x kernel height x width (a depthwise
+    convolution has one input channel per group); ``matmul``: output elements x the reduced axis.
+
+    Example
+    -------
+    >>> from tvm.script import relax as R
+    >>> @R.function
+    ... def f(x: R.Tensor((1, 8), "float32"), w: R.Tensor((8, 4), "float32")):
+    ...     return R.matmul(x, w)
+    >>> model_macs(f)
+    32
+    """
+    import math
+
+    total = 0
+
+    def visit(e):
+        nonlocal total
+        if not (isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op)):
+            return
+        if e.op.name == "relax.nn.conv2d":
+            w, o = expr_shape(e.args[1]), expr_shape(e)
+            if w is not None and o is not None:
+                kl = str(e.attrs.kernel_layout)
+                total += math.prod(o) * w[kl.index("I")] * w[kl.index("H")] * w[kl.index("W")]
+        elif e.op.name == "relax.matmul":
+            a, o = expr_shape(e.args[0]), expr_shape(e)
+            if a is not None and o is not None:
+                total += math.prod(o) * a[-1]
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return total

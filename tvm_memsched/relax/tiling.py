@@ -60,6 +60,7 @@ from ..core.tiling import DEFAULT_BUDGET, DEFAULT_GRIDS, TilingCandidate, Tiling
 from .estimate import estimated_peak
 from .ir import expr_shape as _shape
 from .ir import var_occurrences as _vars_in
+from .ir import model_macs as ir_model_macs
 
 __all__ = ["split_points", "tile_function", "tile_module", "search_tiling", "PatchTiling"]
 
@@ -415,25 +416,6 @@ def tile_module(mod, split: str, grid: tuple[int, int]) -> tuple["tvm.IRModule",
     return relax.transform.Normalize()(new), info
 
 
-def _model_macs(func) -> int:
-    total = 0
-
-    def visit(e):
-        nonlocal total
-        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d":
-            w, o = _shape(e.args[1]), _shape(e)
-            if w is not None and o is not None:
-                kl = str(e.attrs.kernel_layout)
-                total += math.prod(o) * w[kl.index("I")] * w[kl.index("H")] * w[kl.index("W")]
-        elif isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.matmul":
-            a, o = _shape(e.args[0]), _shape(e)
-            if a is not None and o is not None:
-                total += math.prod(o) * a[-1]
-
-    relax.analysis.post_order_visit(func.body, visit)
-    return total
-
-
 def search_tiling(mod, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, split: str | None = None,
                   grid=None, time_limit: float = 2.0, progress=None) -> TilingResult:
     """Try split points x grids of ``mod["main"]``; the smallest scheduled peak within the MAC ``budget`` wins.
@@ -452,7 +434,7 @@ def search_tiling(mod, *, budget: float = DEFAULT_BUDGET, grids=DEFAULT_GRIDS, s
     if not points:
         raise UnsupportedError("no split point for patch tiling (the model needs a single 4-D input followed "
                                "by spatially local operators)")
-    model_macs = _model_macs(func)
+    model_macs = ir_model_macs(func)
     base = estimated_peak(mod, time_limit)
     res = TilingResult(None, None, [], base, base, model_macs)
     best = None

@@ -4,7 +4,8 @@ A :class:`Net` is a list of :class:`Layer` objects in *program order* (the order
 the network definition emits them). Every layer has a name, an op kind, the names
 of the layers it reads, free-form ``attrs`` and the shape of its single output.
 Shapes are NCHW with batch 1 (``(1, C, H, W)``); after global pooling they are
-``(1, C)``. The first layer is the network input (op ``"input"``).
+``(1, C)``. The first layer is the network input (op ``"input"``): an image
+``(1, C, H, W)`` or a feature vector ``(1, F)`` (fully connected networks).
 
 Batch norm is always folded into the preceding convolution, so a convolution
 "with bias" stands for conv + BN. Skip connections never create a layer: an
@@ -424,12 +425,12 @@ class NetBuilder:
 
     # ------------------------------------------------------------- layers
     def input(self, shape: Sequence[int], name: str = "input") -> str:
-        """The network input (NCHW, batch 1)."""
+        """The network input: NCHW or ``(1, features)``, batch 1."""
         if self._input is not None:
             raise ValueError("a net has exactly one input")
         shape = tuple(int(s) for s in shape)
-        if len(shape) != 4 or shape[0] != 1:
-            raise ValueError(f"the input must be NCHW with batch 1, got {shape}")
+        if len(shape) not in (2, 4) or shape[0] != 1 or min(shape) < 1:
+            raise ValueError(f"the input must be NCHW or (1, features) with batch 1, got {shape}")
         self._input = self._add("input", (), {}, shape, name, "input")
         return self._input
 

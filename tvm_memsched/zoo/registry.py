@@ -56,11 +56,11 @@ class ModelSpec:
 _SPECS: dict[str, ModelSpec] = {}
 
 
-def _register(name, family, size, dataset, image_size, description, build, config):
+def _register(name, family, size, dataset, image_size, description, build, config, input_shape=None):
     if size not in SIZES:
         raise ValueError(size)
-    _SPECS[name] = ModelSpec(name, family, size, dataset, (1, 3, image_size, image_size), description,
-                             build, dict(config))
+    shape = tuple(input_shape) if input_shape is not None else (1, 3, image_size, image_size)
+    _SPECS[name] = ModelSpec(name, family, size, dataset, shape, description, build, dict(config))
 
 
 def _nas_models():
@@ -146,6 +146,28 @@ def _other_models():
               {"depth": 40, "growth": 12})
 
 
+def _tinyml_models():
+    from . import classic, tinyml
+
+    desc = ("DS-CNN keyword spotting (MLPerf Tiny KWS, small): 49x10 MFCC input, 10x4/2 convolution to 64 "
+            "channels, 4 depthwise-separable blocks, average pool, 12 classes.")
+    _register("ds_cnn", "tinyml", "small", "speech_commands", 0, desc, lambda: tinyml.ds_cnn(description=desc),
+              {"filters": 64, "blocks": 4}, input_shape=(1, 1, 49, 10))
+    desc = "MobileNetV1, width 0.25, 96x96 input, 2 classes (MLPerf Tiny visual wake words)."
+    _register("mobilenet_v1_025", "tinyml", "small", "vww", 96, desc,
+              lambda: tinyml.mobilenet_v1(0.25, 96, name="mobilenet_v1_025", description=desc),
+              {"width": 0.25, "image_size": 96})
+    desc = ("ResNet-8 for CIFAR-10 (MLPerf Tiny image classification: 16/32/64 channels, one basic block per "
+            "stage, 1x1 projection shortcuts).")
+    _register("resnet8", "tinyml", "small", "cifar10", 32, desc,
+              lambda: classic.resnet_cifar(8, name="resnet8", description=desc), {"depth": 8})
+    desc = ("Fully connected autoencoder for anomaly detection (MLPerf Tiny AD): 640-128-128-128-128-8-128-128-"
+            "128-128-640 with ReLU.")
+    _register("fc_autoencoder", "tinyml", "small", "toyadmos", 0, desc,
+              lambda: tinyml.fc_autoencoder(description=desc), {"features": 640, "hidden": 128, "bottleneck": 8},
+              input_shape=(1, 640))
+
+
 def _specs() -> dict[str, ModelSpec]:
     """The registry, filled on first use (the family modules are imported then)."""
     if not _SPECS:
@@ -153,6 +175,7 @@ def _specs() -> dict[str, ModelSpec]:
         _randwire_models()
         _hrnet_models()
         _other_models()
+        _tinyml_models()
     return _SPECS
 
 

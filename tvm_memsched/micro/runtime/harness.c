@@ -111,6 +111,23 @@ static uintptr_t stack_low_water(void) {
 }
 #endif
 
+#if defined(__arm__) && defined(TVM_MEMSCHED_PROFILE)
+/* Instructions of each kernel call of the first invocation (SysTick, 40 per tick under -icount shift=0;
+ * the hook's own few instructions are included). */
+#define HARNESS_MAX_PROFILE 4096
+static uint64_t g_profile[HARNESS_MAX_PROFILE];
+static uint64_t g_profile_t0;
+static int g_profiling;
+void tvm_memsched_profile_call(int k, int end) {
+  if (!g_profiling || k < 0 || k >= HARNESS_MAX_PROFILE) return;
+  if (!end) {
+    g_profile_t0 = systick_ticks();
+  } else {
+    g_profile[k] += systick_ticks() - g_profile_t0;
+  }
+}
+#endif
+
 static int __attribute__((noinline)) run_model(int report) {
   if (!report) return HARNESS_CALL();
 #if defined(__arm__)
@@ -118,10 +135,21 @@ static int __attribute__((noinline)) run_model(int report) {
   uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
   systick_start();
   uint64_t t0 = systick_ticks();
+#ifdef TVM_MEMSCHED_PROFILE
+  g_profiling = 1;
+#endif
 #endif
   int rc = HARNESS_CALL();
 #if defined(__arm__)
   uint64_t ticks = systick_ticks() - t0;
+#ifdef TVM_MEMSCHED_PROFILE
+  g_profiling = 0;
+  for (int k = 0; k < HARNESS_MAX_PROFILE; ++k) {
+    if (g_profile[k] == 0u) continue;
+    put_uint("profile_call ", (uint64_t)k);
+    put_uint("profile_instructions ", g_profile[k] * 40u);
+  }
+#endif
   SYST_CSR = 0u;
   uintptr_t low = stack_low_water();
   put_uint("instructions ", ticks * 40u);

@@ -23,14 +23,16 @@ Example
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import te, tirx
 
 from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
 
-__all__ = ["Requant", "Chain", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
+__all__ = ["Requant", "Chain", "DESCRIPTION", "description", "strip_attrs", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
            "mean", "quantize", "prelu", "softmax", "schedule_reductions", "finish", "OPAQUE"]
 
 #: TVM's ``OpPatternKind::kOpaque``
@@ -89,13 +91,48 @@ class Chain:
         return self(lambda *i: rdbpot(hi[i], right_shift_amount(sh(i))))
 
 
-def finish(tensors, name: str, *, reduce_into: str | None = None) -> tvm.tirx.PrimFunc:
-    """PrimFunc of the TE ``tensors`` (inputs ..., output), reductions computed per output element."""
+#: PrimFunc attribute describing what an integer kernel computes (JSON; see :func:`finish`)
+DESCRIPTION = "tvm_memsched.nn"
+
+
+def strip_attrs(func) -> tvm.tirx.PrimFunc:
+    """``func`` without any attribute (what its structural hash in :data:`DESCRIPTION` covers)."""
+    for key in list(func.attrs.keys()) if func.attrs is not None else []:
+        func = func.without_attr(key)
+    return func
+
+
+def description(func) -> dict | None:
+    """The operator a kernel built here computes (``{"op": ..., parameters}``), or None if ``func`` was not
+    built here or has been changed since (another body than the one described: e.g. fused with a producer)."""
+    attrs = func.attrs
+    if attrs is None or DESCRIPTION not in attrs:
+        return None
+    desc = json.loads(str(attrs[DESCRIPTION]))
+    if str(tvm_ffi.structural_hash(strip_attrs(func))) != desc.get("hash"):
+        return None
+    return desc
+
+
+def finish(tensors, name: str, *, reduce_into: str | None = None, describe: dict | None = None) -> tvm.tirx.PrimFunc:
+    """PrimFunc of the TE ``tensors`` (inputs ..., output), reductions computed per output element.
+
+    ``describe``: the operator and its parameters (JSON-serialisable), stored with the structural hash of
+    the function in the :data:`DESCRIPTION` attribute, so code generators can recognise the kernel
+    (:func:`description`) and replace it by an equivalent one.
+    """
     func = te.create_prim_func(list(tensors))
     if reduce_into is not None:
         func = schedule_reductions(func, reduce_into)
+    if describe is not None:
+        desc = dict(describe, hash=str(tvm_ffi.structural_hash(strip_attrs(func))))
+        func = func.with_attr(DESCRIPTION, json.dumps(desc, sort_keys=True, default=int))
     return func.with_attr("op_pattern", OPAQUE).with_attr("global_symbol", name).with_attr(
         "tvm_memsched.int8", name)
+
+
+def _requant_desc(rq: "Requant") -> dict:
+    return {"multiplier": rq.multiplier, "shift": rq.shift, "offset": rq.offset, "lo": rq.lo, "hi": rq.hi}
 
 
 def schedule_reductions(func, output_block: str) -> tvm.tirx.PrimFunc:
@@ -175,7 +212,12 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
     chain = Chain(out_shape)
     total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
     y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
-    return finish(params + [y], name, reduce_into="y")
+    desc = {"op": "depthwise_conv2d" if depth_multiplier else "conv2d", "x": list(x_shape), "w": list(w_shape),
+            "y": list(out_shape), "strides": list(strides), "padding": list(padding), "dilation": list(dilation),
+            "groups": groups, "depth_multiplier": depth_multiplier, "in_offset": in_offset,
+            "requant": _requant_desc(requant), "has_bias": has_bias,
+            "dtypes": [in_dtype, w_dtype, out_dtype]}
+    return finish(params + [y], name, reduce_into="y", describe=desc)
 
 
 def channel_table(channels: int, has_bias: bool, requant: Requant):
@@ -207,7 +249,10 @@ def dense(x_shape, w_shape, *, in_offset: int, w_offset: int, requant: Requant, 
     chain = Chain(out_shape)
     total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
     y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
-    return finish(params + [y], name, reduce_into="y")
+    desc = {"op": "dense", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "in_offset": in_offset,
+            "w_offset": w_offset, "requant": _requant_desc(requant), "has_bias": has_bias,
+            "dtypes": ["int8", "int8", out_dtype]}
+    return finish(params + [y], name, reduce_into="y", describe=desc)
 
 
 def lut(shape, dtype: str = "int8", out_dtype: str | None = None, name: str = "lut_int8") -> tvm.tirx.PrimFunc:
@@ -314,7 +359,9 @@ def avg_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi
         return clamp(avg, lo, hi).astype("int8")
 
     y = te.compute(out_shape, epilogue, name="y")
-    return finish([x, y], name, reduce_into="y")
+    desc = {"op": "avg_pool2d", "x": list(x_shape), "y": list(out_shape), "pool": list(pool),
+            "strides": list(strides), "padding": list(padding), "lo": lo, "hi": hi}
+    return finish([x, y], name, reduce_into="y", describe=desc)
 
 
 def max_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi: int = 127,
@@ -334,7 +381,9 @@ def max_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi
 
     acc = te.compute(out_shape, body, name="acc")
     y = te.compute(out_shape, lambda *i: clamp(acc[i], lo, hi).astype("int8"), name="y")
-    return finish([x, y], name, reduce_into="y")
+    desc = {"op": "max_pool2d", "x": list(x_shape), "y": list(out_shape), "pool": list(pool),
+            "strides": list(strides), "padding": list(padding), "lo": lo, "hi": hi}
+    return finish([x, y], name, reduce_into="y", describe=desc)
 
 
 def mean(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mult: int, shift: int, out_offset: int,

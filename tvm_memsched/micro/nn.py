@@ -1,0 +1,380 @@
+"""Fast integer kernels for the C export: tvm_memsched's microkernel library in place of TVM's C.
+
+The integer kernels of :mod:`tvm_memsched.relax.int8` are TIR: exact, portable,
+and slow on a Cortex-M once TVM's C code generator has written them (the
+accumulator lives in a workspace buffer, the zero point is added per
+multiply-accumulate, each loaded byte feeds one product). For the operators
+that dominate inference time, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED and
+the pools, the export calls a small C library instead (``runtime/tms_nn.c``;
+its header says how it computes). This module decides which kernels it takes
+and prepares their constants at compile time:
+
+* :func:`select` recognises a kernel by the description the int8 lowering
+  stored with it (:func:`tvm_memsched.relax.int8.kernels.description`, valid
+  only while the kernel's body is the one described) and takes it when every
+  call passes its weights and channel table as constants;
+* :func:`wrapper_source` writes the kernel's C function (TVM's packed calling
+  convention, so ``model.c`` calls it like any other) with its shapes and
+  quantisation as a ``const`` parameter block, and its column buffer requested
+  as workspace (planned in the arena like any other workspace);
+* :func:`repack` rewrites each call's constant arguments: weights in the
+  library's order (channel pairs interleaved every four reduction elements,
+  rows padded to four: the same bytes, plus at most three per row), and a
+  channel table with the input zero point folded into the bias
+  (``bias - zp_in * sum(weights)``) and the fast-requantisation flag, set only
+  where it is proven exact (``|accumulator| < 2**30``, no left shift, a right
+  shift of at least 1).
+
+The library keeps every in-place overlap proven on the TIR kernel safe: it
+reads all inputs of a block of outputs (two pixels, or four channels of one
+pixel) before writing any of them, which never writes earlier relative to the
+reads than the TIR loop nest does.
+
+Example
+-------
+>>> import numpy as np
+>>> pack_weights(np.arange(6, dtype=np.int8).reshape(1, 6)).reshape(-1, 4).tolist()
+[[0, 1, 2, 3], [0, 0, 0, 0], [4, 5, 0, 0], [0, 0, 0, 0]]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["NnKernel", "select", "wrapper_source", "repack", "pack_weights", "pack_depthwise", "channel_table",
+           "call_macs", "params_fit",
+           "MODES", "LIBRARY_FILES"]
+
+#: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
+MODES = ("fast", "tvm")
+#: the library's files in ``micro/runtime``
+LIBRARY_FILES = ("tms_nn.c", "tms_nn.h")
+_FAST_FLAG = 1
+#: most taps the library's depthwise convolution takes (TMS_DW_MAX_TAPS in tms_nn.h)
+DW_MAX_TAPS = 64
+_ACC_LIMIT = 1 << 30
+
+
+@dataclass
+class NnKernel:
+    """A kernel the library computes: its PrimFunc name, the operator description and the column bytes."""
+
+    name: str
+    op: str
+    desc: dict
+    col_bytes: int = 0
+
+    @property
+    def constant_args(self) -> tuple:
+        """Argument positions that must be constants (weights, channel table)."""
+        if self.op in ("conv2d", "depthwise_conv2d", "dense"):
+            return (1, 2) if self._has_table else (1,)
+        return ()
+
+    @property
+    def _has_table(self) -> bool:
+        rq = self.desc["requant"]
+        return bool(self.desc["has_bias"]) or rq["multiplier"] is None
+
+
+def _supported(desc: dict) -> str | None:
+    """The library function for a kernel description, or None."""
+    op = desc.get("op")
+    if op in ("max_pool2d", "avg_pool2d"):
+        return op if len(desc["x"]) == 4 else None
+    if list(desc.get("dtypes", [])) != ["int8", "int8", "int8"]:
+        return None
+    if op == "conv2d":
+        return op if desc["groups"] == 1 and len(desc["x"]) == 4 else None
+    if op == "depthwise_conv2d":
+        ok = desc["depth_multiplier"] == 1 and desc["w"][3] == desc["x"][3] and len(desc["x"]) == 4
+        return op if ok and desc["w"][1] * desc["w"][2] <= DW_MAX_TAPS else None
+    if op == "dense":
+        return op if desc["w_offset"] == 0 else None
+    return None
+
+
+def select(mod, names) -> dict:
+    """``{PrimFunc name: NnKernel}`` for the kernels among ``names`` the library computes (see the module
+    docstring); ``mod`` is the module whose ``main`` calls them (after ``CallTIRRewrite``)."""
+    import tvm
+
+    from ..relax.int8.kernels import description
+
+    found = {}
+    for name in names:
+        func = mod[name]
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        desc = description(func)
+        if desc is None or _supported(desc) is None:
+            continue
+        k = NnKernel(name, desc["op"], desc)
+        if k.op == "conv2d":
+            kh, kw, ic = desc["w"][1], desc["w"][2], desc["w"][3]
+            k.col_bytes = 2 * (-(-(kh * kw * ic) // 4) * 4)
+        found[name] = k
+    if not found:
+        return found
+    # every call must pass the weights (and channel table) as constants
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.GlobalVar) and v.op.name_hint in found:
+                k = found[v.op.name_hint]
+                if not all(i < len(v.args) and isinstance(v.args[i], tvm.ir.Constant) for i in k.constant_args):
+                    del found[v.op.name_hint]
+    return found
+
+
+# ------------------------------------------------------------------ constants
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """``(rows, ...)`` int8 weights as the library reads them: rows padded to an even count and each to a
+    multiple of four, then channel pairs interleaved every four elements: ``[rows/2][K/4][2][4]``."""
+    w = np.asarray(w, np.int8)
+    rows = w.shape[0]
+    flat = w.reshape(rows, -1)
+    k = flat.shape[1]
+    k4, r2 = -(-k // 4) * 4, rows + rows % 2
+    padded = np.zeros((r2, k4), np.int8)
+    padded[:rows, :k] = flat
+    return np.ascontiguousarray(padded.reshape(r2 // 2, 2, k4 // 4, 4).transpose(0, 2, 1, 3)).reshape(-1)
+
+
+def pack_depthwise(w: np.ndarray) -> np.ndarray:
+    """Depthwise weights ``(1, kh, kw, C)`` as the library reads them: per block of four channels (zero
+    beyond ``C``), each pair of taps ``(t, t+1)`` as two words ``[w_t[c], w_t[c+1], w_t+1[c], w_t+1[c+1]]``
+    for channels ``c = 0, 2`` of the block, and an odd last tap as one word ``w_t[0..3]``
+    (``4 * taps`` bytes per block)."""
+    w = np.asarray(w, np.int8)
+    c = w.shape[-1]
+    taps = w.reshape(-1, c)
+    n = taps.shape[0]
+    c4 = -(-c // 4) * 4
+    padded = np.zeros((n, c4), np.int8)
+    padded[:, :c] = taps
+    blocks = padded.reshape(n, c4 // 4, 4).transpose(1, 0, 2)          # (blocks, taps, 4)
+    pairs = blocks[:, :n - n % 2].reshape(c4 // 4, n // 2, 2, 2, 2)      # (blocks, pair, tap, chan-pair, chan)
+    pairs = pairs.transpose(0, 1, 3, 2, 4).reshape(c4 // 4, -1)          # (blocks, pair, chan-pair, tap, chan)
+    last = blocks[:, n - 1:].reshape(c4 // 4, -1) if n % 2 else blocks[:, :0].reshape(c4 // 4, 0)
+    return np.ascontiguousarray(np.concatenate([pairs, last], axis=1)).reshape(-1)
+
+
+def _table_rows(desc: dict, table: np.ndarray | None, channels: int):
+    """(bias, multipliers, shifts) per output channel from the TIR kernel's channel table and requant."""
+    rq = desc["requant"]
+    rows = [] if table is None else list(np.asarray(table, np.int64).reshape(-1, channels))
+    bias = rows.pop(0) if desc["has_bias"] else np.zeros(channels, np.int64)
+    if rq["multiplier"] is None:
+        mult, shift = rows[0], rows[1]
+    else:
+        mult = np.full(channels, rq["multiplier"], np.int64)
+        shift = np.full(channels, rq["shift"], np.int64)
+    return bias, mult, shift
+
+
+def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> np.ndarray:
+    """The library's channel table for one call: a header (flags) and ``{bias', multiplier, shifts}`` per
+    output channel, int32 ``(channels + 1, 3)``; ``weights`` as the TIR kernel takes them."""
+    op = desc["op"]
+    w = np.asarray(weights, np.int64)
+    if op == "depthwise_conv2d":
+        channels = w.shape[3]
+        per_channel = w.reshape(-1, channels).T          # (C, taps)
+    else:
+        channels = w.shape[0]
+        per_channel = w.reshape(channels, -1)
+    bias, mult, shift = _table_rows(desc, table, channels)
+    off = int(desc["in_offset"])                         # -zp_in
+    folded = bias + off * per_channel.sum(axis=1)
+    # |reference accumulator| <= max|x + off| * sum|w| + |bias|
+    xmax = max(abs(-128 + off), abs(127 + off))
+    bound = xmax * np.abs(per_channel).sum(axis=1) + np.abs(bias)
+    ls, rs = np.maximum(shift, 0), np.maximum(-shift, 0)
+    fast = bool(np.all(ls == 0) and np.all(rs >= 1) and np.all(rs <= 31) and np.all(bound < _ACC_LIMIT)
+                and np.all(mult >= 0))
+    info = (np.maximum(rs - 1, 0) & 0xff) | (ls << 8) | (rs << 16)
+    out = np.zeros((channels + 1, 3), np.int64)
+    out[0, 0] = _FAST_FLAG if fast else 0
+    out[1:, 0] = folded
+    out[1:, 1] = mult
+    out[1:, 2] = info
+    return ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)   # the bias wraps like int32 sums
+
+
+def call_macs(desc: dict) -> int:
+    """Multiply-accumulates of one call of a described kernel (0 for pools)."""
+    op = desc["op"]
+    out = math.prod(desc["y"])
+    if op == "conv2d":
+        return out * math.prod(desc["w"][1:])
+    if op == "depthwise_conv2d":
+        return out * desc["w"][1] * desc["w"][2]
+    if op == "dense":
+        return out * desc["w"][1]
+    return 0
+
+
+# ------------------------------------------------------------------ C
+def _conv_params(desc: dict) -> dict:
+    n, h, w, c = desc["x"]
+    _, oh, ow, oc = desc["y"]
+    kh, kw = desc["w"][1], desc["w"][2]
+    rq = desc["requant"]
+    return {"batch": n, "in_h": h, "in_w": w, "in_c": c, "out_h": oh, "out_w": ow, "out_c": oc, "kh": kh, "kw": kw,
+            "sh": desc["strides"][0], "sw": desc["strides"][1], "dh": desc["dilation"][0],
+            "dw": desc["dilation"][1], "pad_t": desc["padding"][0], "pad_l": desc["padding"][1],
+            "in_zp": -desc["in_offset"], "out_zp": rq["offset"], "act_min": rq["lo"], "act_max": rq["hi"]}
+
+
+def _pool_params(desc: dict) -> dict:
+    n, h, w, c = desc["x"]
+    _, oh, ow, _ = desc["y"]
+    return {"batch": n, "in_h": h, "in_w": w, "c": c, "out_h": oh, "out_w": ow, "kh": desc["pool"][0],
+            "kw": desc["pool"][1], "sh": desc["strides"][0], "sw": desc["strides"][1],
+            "pad_t": desc["padding"][0], "pad_l": desc["padding"][1], "act_min": desc["lo"], "act_max": desc["hi"]}
+
+
+def _fc_params(desc: dict) -> dict:
+    rq = desc["requant"]
+    return {"rows": math.prod(desc["x"][:-1]), "in_n": desc["x"][-1], "out_n": desc["w"][0],
+            "in_zp": -desc["in_offset"], "out_zp": rq["offset"], "act_min": rq["lo"], "act_max": rq["hi"]}
+
+
+_LIMITS = {"batch": 65535, "in_h": 65535, "in_w": 65535, "in_c": 65535, "out_h": 65535, "out_w": 65535,
+           "out_c": 65535, "c": 65535, "rows": 65535, "in_n": 65535, "out_n": 65535, "kh": 255, "kw": 255,
+           "sh": 255, "sw": 255, "dh": 255, "dw": 255}
+
+
+def _fits(params: dict) -> bool:
+    return all(0 <= int(params[k]) <= lim for k, lim in _LIMITS.items() if k in params) and \
+        all(-32768 <= int(params[k]) <= 32767 for k in ("pad_t", "pad_l") if k in params)
+
+
+def _struct(ctype: str, var: str, params: dict) -> str:
+    fields = ", ".join(f".{k} = {int(v)}" for k, v in params.items())
+    return f"static const {ctype} {var} = {{{fields}}};"
+
+
+_SIGNATURE = "TVM_DLL int32_t __tvm_ffi_{sym}(void* self_handle, void* args, int32_t num_args, void* result) {{"
+
+
+def _arg(i: int, ctype: str) -> str:
+    return f"({ctype})(((DLTensor*)((TVMFFIAny*)args)[{i}].v_ptr)->data)"
+
+
+def params_fit(kernel: NnKernel) -> bool:
+    """True if the kernel's shapes fit the library's parameter block (16-bit sizes, 8-bit windows)."""
+    d = kernel.desc
+    op = kernel.op
+    params = _fc_params(d) if op == "dense" else _pool_params(d) if op.endswith("pool2d") else _conv_params(d)
+    return _fits(params)
+
+
+def wrapper_source(kernel: NnKernel, sym: str) -> str:
+    """The C function ``__tvm_ffi_<sym>`` computing ``kernel`` with the library (arguments as :func:`repack`
+    leaves them: input, packed weights, channel table, output; pools: input, output)."""
+    d, op = kernel.desc, kernel.op
+    var = f"{sym}_params"
+    head = [f"/* {kernel.name}: {op} by the tvm_memsched microkernel library (tms_nn.c) */"]
+    body = [_SIGNATURE.format(sym=sym), "  (void)self_handle; (void)num_args; (void)result;"]
+    if op == "conv2d":
+        head.append(_struct("tms_conv_t", var, _conv_params(d)))
+        body += ["  int32_t dev_id = 0;",
+                 f"  int8_t* col = (int8_t*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t){kernel.col_bytes}ULL, 0, 8);",
+                 "  if (col == NULL) return -1;",
+                 f"  tms_conv_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+                 f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, col);",
+                 "  if (TVMBackendFreeWorkspace(1, dev_id, col) != 0) return -1;"]
+    elif op == "depthwise_conv2d":
+        head.append(_struct("tms_conv_t", var, _conv_params(d)))
+        body.append(f"  tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+                    f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')});")
+    elif op == "dense":
+        head.append(_struct("tms_fc_t", var, _fc_params(d)))
+        body.append(f"  tms_fc_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+                    f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')});")
+    else:
+        head.append(_struct("tms_pool_t", var, _pool_params(d)))
+        fn = "tms_maxpool_s8" if op == "max_pool2d" else "tms_avgpool_s8"
+        body.append(f"  {fn}(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'int8_t*')});")
+    body += ["  return 0;", "}"]
+    return "\n".join(head + body) + "\n"
+
+
+def repack(prog, kernels: dict) -> None:
+    """Rewrite the constant arguments of ``prog``'s calls to library kernels (see the module docstring) and
+    drop constants no call uses any more."""
+    from .codegen import Tensor
+
+    if not kernels:
+        return
+    cache = {}
+
+    def param(t) -> np.ndarray:
+        return prog.params[t.base[1]]
+
+    def add(arr: np.ndarray) -> Tensor:
+        import hashlib
+
+        arr = np.ascontiguousarray(arr)
+        key = (str(arr.dtype), arr.nbytes, hashlib.sha256(arr.tobytes()).digest())
+        if key not in cache:
+            cache[key] = len(prog.params)
+            prog.params.append(arr)
+        return Tensor(("param", cache[key]), 0, tuple(arr.shape), str(arr.dtype))
+
+    for call in prog.calls:
+        k = kernels.get(call.kernel)
+        if k is None or k.op.endswith("pool2d"):
+            continue
+        x, w = call.args[0], call.args[1]
+        table = param(call.args[2]) if k._has_table else None
+        y = call.args[-1]
+        weights = param(w).reshape(w.shape)
+        packed = pack_depthwise(weights) if k.op == "depthwise_conv2d" else pack_weights(weights)
+        tab = channel_table(k.desc, weights, None if table is None else table.reshape(-1))
+        call.args = [x, add(packed), add(tab), y]
+    _drop_unused_params(prog)
+
+
+def _drop_unused_params(prog) -> None:
+    """Renumber ``prog.params`` to the constants something still refers to."""
+    from .codegen import Tensor
+
+    used = set()
+
+    def mark(t):
+        if isinstance(t, Tensor) and t.base[0] == "param":
+            used.add(t.base[1])
+
+    for c in prog.calls:
+        for a in c.args:
+            mark(a)
+    for _, t in list(prog.output_copies) + list(prog.state_copies):
+        mark(t)
+    for s in prog.states:
+        used.add(s.init_param)
+    for t in list(prog.input_places) + list(prog.output_places):
+        mark(t)
+    if len(used) == len(prog.params):
+        return
+    order = sorted(used)
+    new_index = {old: i for i, old in enumerate(order)}
+
+    def fix(t):
+        if isinstance(t, Tensor) and t.base[0] == "param":
+            return Tensor(("param", new_index[t.base[1]]), t.offset, t.shape, t.dtype)
+        return t
+
+    for c in prog.calls:
+        c.args = [fix(a) for a in c.args]
+    prog.output_copies = [(k, fix(t)) for k, t in prog.output_copies]
+    prog.state_copies = [(k, fix(t)) for k, t in prog.state_copies]
+    prog.output_places = [fix(t) for t in prog.output_places]
+    for s in prog.states:
+        s.init_param = new_index[s.init_param]
+    prog.params = [prog.params[i] for i in order]

@@ -1,0 +1,594 @@
+/* tms_nn.c: tvm_memsched's integer microkernels (see tms_nn.h for what and why). */
+#include <string.h>
+
+#include "tms_nn.h"
+
+#if !defined(TMS_NN_NO_DSP) && (defined(TMS_NN_EMULATE_DSP) || \
+                                (defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP))
+#define TMS_DSP 1
+#else
+#define TMS_DSP 0
+#endif
+#if TMS_DSP && !defined(TMS_NN_EMULATE_DSP)
+#define TMS_ASM 1
+#else
+#define TMS_ASM 0
+#endif
+
+#define TMS_INLINE static inline __attribute__((always_inline))
+/* word access to int8 buffers that are 4-byte aligned (column buffers, packed weights) */
+typedef int32_t __attribute__((may_alias, aligned(4))) tms_w32_t;
+
+/* ------------------------------------------------------------------ instructions */
+#if TMS_ASM
+/* SXTB16 (bytes 0 and 2 sign-extended to halfwords), SXTB16 ROR #8 (bytes 1 and 3), SMLAD (dual
+ * 16-bit multiply-accumulate), SMLABB/SMLATT (bottom/top halfword multiply-accumulate). */
+TMS_INLINE int32_t sxtb16(int32_t v) {
+  int32_t r;
+  __asm__("sxtb16 %0, %1" : "=r"(r) : "r"(v));
+  return r;
+}
+TMS_INLINE int32_t sxtb16_ror8(int32_t v) {
+  int32_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+  return r;
+}
+TMS_INLINE int32_t smlad(int32_t a, int32_t b, int32_t acc) {
+  int32_t r;
+  __asm__("smlad %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
+  return r;
+}
+TMS_INLINE int32_t smlabb(int32_t a, int32_t b, int32_t acc) {
+  int32_t r;
+  __asm__("smlabb %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
+  return r;
+}
+TMS_INLINE int32_t smlatt(int32_t a, int32_t b, int32_t acc) {
+  int32_t r;
+  __asm__("smlatt %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
+  return r;
+}
+#elif TMS_DSP
+/* portable definitions of the same instructions (host tests of the DSP path); adds wrap */
+TMS_INLINE int32_t lo16(int32_t v) { return (int32_t)(int16_t)(uint16_t)((uint32_t)v & 0xffffu); }
+TMS_INLINE int32_t hi16(int32_t v) { return (int32_t)(int16_t)(uint16_t)((uint32_t)v >> 16); }
+TMS_INLINE int32_t pack16(int32_t lo, int32_t hi) {
+  return (int32_t)(((uint32_t)(uint16_t)lo) | ((uint32_t)(uint16_t)hi << 16));
+}
+TMS_INLINE int32_t sxtb16(int32_t v) {
+  return pack16((int8_t)(uint8_t)((uint32_t)v & 0xffu), (int8_t)(uint8_t)(((uint32_t)v >> 16) & 0xffu));
+}
+TMS_INLINE int32_t sxtb16_ror8(int32_t v) {
+  return pack16((int8_t)(uint8_t)(((uint32_t)v >> 8) & 0xffu), (int8_t)(uint8_t)((uint32_t)v >> 24));
+}
+TMS_INLINE int32_t wadd(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+TMS_INLINE int32_t smlad(int32_t a, int32_t b, int32_t acc) {
+  return wadd(acc, wadd(lo16(a) * lo16(b), hi16(a) * hi16(b)));
+}
+TMS_INLINE int32_t smlabb(int32_t a, int32_t b, int32_t acc) { return wadd(acc, lo16(a) * lo16(b)); }
+TMS_INLINE int32_t smlatt(int32_t a, int32_t b, int32_t acc) { return wadd(acc, hi16(a) * hi16(b)); }
+#endif
+
+TMS_INLINE int32_t rd32(const int8_t* p) {
+  int32_t v;
+  memcpy(&v, p, 4); /* one LDR where unaligned access is allowed (ARMv7-M), bytes elsewhere */
+  return v;
+}
+
+/* ------------------------------------------------------------------ requantisation */
+/* Channel shifts: info = e1 | left << 8 | right << 16 (e1 = right - 1 where right >= 1). */
+#define TMS_LEFT(info) (((info) >> 8) & 0xff)
+#define TMS_RIGHT(info) (((info) >> 16) & 0xff)
+
+/* gemmlowp's SaturatingRoundingDoublingHighMul and RoundingDivideByPOT after a left shift:
+ * TFLite's MultiplyByQuantizedMultiplier, exact for every input. */
+static int32_t rq_exact(int32_t acc, int32_t mult, int32_t info) {
+  int32_t ls = TMS_LEFT(info), rs = TMS_RIGHT(info);
+  int32_t a = (int32_t)((uint32_t)acc << ls);
+  int32_t x;
+  if (a == INT32_MIN && mult == INT32_MIN) {
+    x = INT32_MAX;
+  } else {
+    int64_t ab = (int64_t)a * mult;
+    int64_t nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
+    x = (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+  }
+  int32_t mask = (int32_t)((1u << rs) - 1u);
+  int32_t rem = x & mask;
+  int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+  return (x >> rs) + (rem > thr ? 1 : 0);
+}
+
+/* The same plus the output zero point, saturated to int8, for |acc| < 2^30, no left shift and a
+ * right shift e >= 1 (the table header's TMS_RQ_FAST, proven at compile time):
+ *  - SRDHM(acc, m) for m > 0 is floor((acc * m + 2^30) / 2^31) (gemmlowp's nudge for a negative
+ *    product followed by truncation is the same floor) = floor((2 acc * m + 2^31) / 2^32), which is
+ *    SMMULR(2 acc, m) as 2 acc fits in 32 bits;
+ *  - rounding x / 2^e half away from zero is floor((floor((x - [x < 0]) / 2^(e-1)) + 1) / 2);
+ *  - the zero point enters as 2 zp before the last halving (z21 = 2 zp + 1), and SSAT's shift does
+ *    the halving and the saturation to int8 in one instruction. */
+TMS_INLINE int32_t rq_fast(int32_t acc, int32_t mult, int32_t info, int32_t z21) {
+#if TMS_ASM
+  int32_t t;
+  __asm__("lsl %0, %1, #1\n\t"
+          "smmulr %0, %0, %2\n\t"
+          "sub %0, %0, %0, lsr #31\n\t"
+          "asr %0, %0, %3\n\t"
+          "add %0, %0, %4\n\t"
+          "ssat %0, #8, %0, asr #1"
+          : "=&r"(t)
+          : "r"(acc), "r"(mult), "r"(info), "r"(z21));
+  return t;
+#else
+  int32_t x = (int32_t)(((int64_t)acc * 2 * mult + ((int64_t)1 << 31)) >> 32);
+  x -= (int32_t)((uint32_t)x >> 31);
+  x = ((x >> (info & 0xff)) + z21) >> 1;
+  return x < -128 ? -128 : (x > 127 ? 127 : x);
+#endif
+}
+
+/* Output stage variants, chosen once per call: fast (above) or exact, with or without an activation
+ * range narrower than int8. */
+#define TMS_EXACT 0
+#define TMS_FAST_FULL 1
+#define TMS_FAST_CLAMP 2
+
+typedef struct {
+  int32_t zp, z21, lo, hi;
+} tms_out_t;
+
+TMS_INLINE int8_t out1(const int mode, const tms_chan_t* c, int32_t acc, const tms_out_t* o) {
+  int32_t v;
+  if (mode == TMS_EXACT) {
+    v = rq_exact(acc, c->mult, c->shift) + o->zp;
+  } else {
+    v = rq_fast(acc, c->mult, c->shift, o->z21);
+    if (mode == TMS_FAST_FULL) return (int8_t)v;
+  }
+  v = v < o->lo ? o->lo : v;
+  return (int8_t)(v > o->hi ? o->hi : v);
+}
+
+static int out_mode(const tms_chan_t* tab, int32_t lo, int32_t hi) {
+  if (!(tab[0].bias & TMS_RQ_FAST)) return TMS_EXACT;
+  return lo <= -128 && hi >= 127 ? TMS_FAST_FULL : TMS_FAST_CLAMP;
+}
+
+static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
+  tms_out_t o = {zp, 2 * zp + 1, lo, hi};
+  return o;
+}
+
+/* Dispatch a TMS_INLINE function specialised on the output mode. */
+#define TMS_BY_MODE(mode, fn, ...)       \
+  do {                                  \
+    if ((mode) == TMS_FAST_FULL)         \
+      fn(TMS_FAST_FULL, __VA_ARGS__);    \
+    else if ((mode) == TMS_FAST_CLAMP)   \
+      fn(TMS_FAST_CLAMP, __VA_ARGS__);   \
+    else                                 \
+      fn(TMS_EXACT, __VA_ARGS__);        \
+  } while (0)
+
+/* ------------------------------------------------------------------ dot products */
+/* Two columns interleaved every four elements (col: [K4/4][2][4]) against a channel pair
+ * (w: [K4/4][2][4]), both 4-byte aligned; acc[2 * pixel + channel] += ... */
+TMS_INLINE void dot_2x2(const int8_t* col, const int8_t* w, int32_t k4, int32_t* acc) {
+  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
+  const tms_w32_t* c = (const tms_w32_t*)col;
+  const tms_w32_t* wp = (const tms_w32_t*)w;
+  const tms_w32_t* end = c + k4 / 2;
+#if TMS_DSP
+  while (c < end) {
+    int32_t x0 = c[0], x1 = c[1], wa = wp[0], wb = wp[1];
+    c += 2;
+    wp += 2;
+    int32_t x0e = sxtb16(x0), x0o = sxtb16_ror8(x0);
+    int32_t x1e = sxtb16(x1), x1o = sxtb16_ror8(x1);
+    int32_t we = sxtb16(wa), wo = sxtb16_ror8(wa);
+    a00 = smlad(x0e, we, a00);
+    a00 = smlad(x0o, wo, a00);
+    a10 = smlad(x1e, we, a10);
+    a10 = smlad(x1o, wo, a10);
+    we = sxtb16(wb);
+    wo = sxtb16_ror8(wb);
+    a01 = smlad(x0e, we, a01);
+    a01 = smlad(x0o, wo, a01);
+    a11 = smlad(x1e, we, a11);
+    a11 = smlad(x1o, wo, a11);
+  }
+#else
+  const int8_t* cb = col;
+  const int8_t* wb8 = w;
+  const int8_t* eb = col + 2 * k4;
+  (void)c;
+  (void)wp;
+  (void)end;
+  while (cb < eb) {
+    for (int b = 0; b < 4; ++b) {
+      int32_t x0 = cb[b], x1 = cb[4 + b], wa = wb8[b], wb = wb8[4 + b];
+      a00 += x0 * wa;
+      a01 += x0 * wb;
+      a10 += x1 * wa;
+      a11 += x1 * wb;
+    }
+    cb += 8;
+    wb8 += 8;
+  }
+#endif
+  acc[0] = a00;
+  acc[1] = a01;
+  acc[2] = a10;
+  acc[3] = a11;
+}
+
+/* One column of ``k`` elements at ``x`` (``xstep`` = 4: contiguous; 8: slot 0 of an interleaved
+ * column) against a channel pair (w: [K4/4][2][4], aligned); acc[channel] += ... The last
+ * ``k % 4`` elements are read one by one (only for xstep 4: interleaved columns are padded). */
+TMS_INLINE void dot_1x2(const int8_t* x, int32_t xstep, const int8_t* w, int32_t k, int32_t* acc) {
+  int32_t a0 = acc[0], a1 = acc[1];
+  const tms_w32_t* wp = (const tms_w32_t*)w;
+  int32_t groups = k >> 2;
+#if TMS_DSP
+  for (; groups > 0; --groups) {
+    int32_t xv = rd32(x), wa = wp[0], wb = wp[1];
+    x += xstep;
+    wp += 2;
+    int32_t xe = sxtb16(xv), xo = sxtb16_ror8(xv);
+    a0 = smlad(xe, sxtb16(wa), a0);
+    a0 = smlad(xo, sxtb16_ror8(wa), a0);
+    a1 = smlad(xe, sxtb16(wb), a1);
+    a1 = smlad(xo, sxtb16_ror8(wb), a1);
+  }
+#else
+  for (; groups > 0; --groups) {
+    const int8_t* wb8 = (const int8_t*)wp;
+    for (int b = 0; b < 4; ++b) {
+      a0 += x[b] * wb8[b];
+      a1 += x[b] * wb8[4 + b];
+    }
+    x += xstep;
+    wp += 2;
+  }
+#endif
+  const int8_t* wt = (const int8_t*)wp;
+  for (int b = 0; b < (k & 3); ++b) {
+    a0 += x[b] * wt[b];
+    a1 += x[b] * wt[4 + b];
+  }
+  acc[0] = a0;
+  acc[1] = a1;
+}
+
+/* ------------------------------------------------------------------ column buffers */
+/* Copy n bytes of one pixel's window into logical positions [k, k + n) of column slot j
+ * (interleaved every four bytes: slot j at byte 4j of each 8-byte group). */
+static void col_put(int8_t* col, int j, int32_t k, const int8_t* src, int32_t n) {
+  if (((k | n) & 3) == 0) {
+    tms_w32_t* d = (tms_w32_t*)(col + 2 * k + 4 * j);
+    for (int32_t i = 0; i < n; i += 4, d += 2) *d = rd32(src + i);
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i, ++k) col[((k >> 2) << 3) + 4 * j + (k & 3)] = src[i];
+}
+
+static void col_fill(int8_t* col, int j, int32_t k, int8_t v, int32_t n) {
+  if (((k | n) & 3) == 0) {
+    tms_w32_t* d = (tms_w32_t*)(col + 2 * k + 4 * j);
+    int32_t v4 = (int32_t)((uint32_t)(uint8_t)v * 0x01010101u);
+    for (int32_t i = 0; i < n; i += 4, d += 2) *d = v4;
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i, ++k) col[((k >> 2) << 3) + 4 * j + (k & 3)] = v;
+}
+
+/* Window of output pixel (oy, ox) into column slot j: rows of kw * in_c bytes where the window
+ * lies inside the image, the input zero point elsewhere. */
+static void im2col(const tms_conv_t* p, const int8_t* x, int32_t oy, int32_t ox, int8_t* col, int j) {
+  const int32_t c = p->in_c, rowlen = p->kw * c;
+  int32_t k = 0;
+  int32_t iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l;
+  int dense = p->dw == 1 && ix0 >= 0 && ix0 + p->kw <= p->in_w;
+  for (int32_t ky = 0; ky < p->kh; ++ky, k += rowlen) {
+    int32_t iy = iy0 + ky * p->dh;
+    if (iy < 0 || iy >= p->in_h) {
+      col_fill(col, j, k, p->in_zp, rowlen);
+      continue;
+    }
+    const int8_t* row = x + ((int32_t)iy * p->in_w) * c;
+    if (dense) {
+      col_put(col, j, k, row + ix0 * c, rowlen);
+      continue;
+    }
+    for (int32_t kx = 0; kx < p->kw; ++kx) {
+      int32_t ix = ix0 + kx * p->dw;
+      if (ix < 0 || ix >= p->in_w)
+        col_fill(col, j, k + kx * c, p->in_zp, c);
+      else
+        col_put(col, j, k + kx * c, row + ix * c, c);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ CONV_2D */
+/* All output channels of the two pixels in column slots 0 and 1; y0 / y1 their outputs. */
+TMS_INLINE void conv_two(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
+                         int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o) {
+  const tms_chan_t* end = ch + (oc & ~1);
+  for (; ch < end; ch += 2, w += 2 * K4, y0 += 2, y1 += 2) {
+    int32_t acc[4] = {ch[0].bias, ch[1].bias, ch[0].bias, ch[1].bias};
+    dot_2x2(col, w, K4, acc);
+    y0[0] = out1(mode, ch, acc[0], o);
+    y1[0] = out1(mode, ch, acc[2], o);
+    y0[1] = out1(mode, ch + 1, acc[1], o);
+    y1[1] = out1(mode, ch + 1, acc[3], o);
+  }
+  if (oc & 1) { /* the last channel's pair partner is zero weights (output dropped) */
+    int32_t acc[4] = {ch[0].bias, 0, ch[0].bias, 0};
+    dot_2x2(col, w, K4, acc);
+    y0[0] = out1(mode, ch, acc[0], o);
+    y1[0] = out1(mode, ch, acc[2], o);
+  }
+}
+
+/* All output channels of the pixel in column slot 0. */
+TMS_INLINE void conv_one(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
+                         int32_t oc, int8_t* y0, const tms_out_t* o) {
+  for (int32_t c = 0; c < oc; c += 2, w += 2 * K4) {
+    int n1 = c + 1 < oc;
+    int32_t acc[2] = {ch[c].bias, n1 ? ch[c + 1].bias : 0};
+    dot_1x2(col, 8, w, K4, acc);
+    y0[c] = out1(mode, ch + c, acc[0], o);
+    if (n1) y0[c + 1] = out1(mode, ch + c + 1, acc[1], o);
+  }
+}
+
+
+void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                 int8_t* col) {
+  const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, oc = p->out_c;
+  const int32_t npix = p->out_h * p->out_w;
+  const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
+  const int mode = out_mode(tab, p->act_min, p->act_max);
+  /* the padding of each slot's last group (K..K4) meets zero weights; give it a value */
+  for (int32_t k = K; k < K4; ++k) col[((k >> 2) << 3) + (k & 3)] = col[((k >> 2) << 3) + 4 + (k & 3)] = 0;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * p->in_c;
+    int8_t* yb = y + (int32_t)b * npix * oc;
+    int32_t oy = 0, ox = 0;
+    for (int32_t pix = 0; pix < npix; pix += 2) {
+      int two = pix + 1 < npix;
+      /* every read of both windows happens before any write of their outputs */
+      im2col(p, xb, oy, ox, col, 0);
+      if (++ox == p->out_w) ox = 0, ++oy;
+      if (two) {
+        im2col(p, xb, oy, ox, col, 1);
+        if (++ox == p->out_w) ox = 0, ++oy;
+      }
+      int8_t* y0 = yb + pix * oc;
+      if (two)
+        TMS_BY_MODE(mode, conv_two, col, w, tab + 1, K4, oc, y0, y0 + oc, &o);
+      else
+        TMS_BY_MODE(mode, conv_one, col, w, tab + 1, K4, oc, y0, &o);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ FULLY_CONNECTED */
+TMS_INLINE void fc_row(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
+                       int32_t n, int8_t* y, const tms_out_t* o) {
+  const int32_t K4 = (K + 3) & ~3;
+  for (int32_t c = 0; c < n; c += 2, w += 2 * K4) {
+    int n1 = c + 1 < n;
+    int32_t acc[2] = {ch[c].bias, n1 ? ch[c + 1].bias : 0};
+    dot_1x2(x, 4, w, K, acc);
+    y[c] = out1(mode, ch + c, acc[0], o);
+    if (n1) y[c + 1] = out1(mode, ch + c + 1, acc[1], o);
+  }
+}
+
+void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
+  const int32_t K = p->in_n, n = p->out_n;
+  const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
+  const int mode = out_mode(tab, p->act_min, p->act_max);
+  for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) TMS_BY_MODE(mode, fc_row, x, w, tab + 1, K, n, y, &o);
+}
+
+/* ------------------------------------------------------------------ DEPTHWISE_CONV_2D */
+/* Weights are packed per block of four channels: tap pairs (t, t + 1) as two words, channels
+ * (0, 1) then (2, 3), each word holding [w_t[c], w_t[c + 1], w_t+1[c], w_t+1[c + 1]] (so SXTB16 gives
+ * one channel's two taps), and an odd last tap as one word [w_t[0..3]]: 4 * taps bytes per block,
+ * zero beyond C. The input side pairs two taps' words with PKHBT/PKHTB: one SMLAD per channel does
+ * two taps. */
+#if TMS_DSP
+TMS_INLINE int32_t pkhbt16(int32_t lo, int32_t hi) { /* low half of lo, low half of hi << 16 */
+#if TMS_ASM
+  int32_t r;
+  __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+  return r;
+#else
+  return (int32_t)(((uint32_t)lo & 0xffffu) | ((uint32_t)hi << 16));
+#endif
+}
+TMS_INLINE int32_t pkhtb16(int32_t hi, int32_t lo) { /* high half of hi, high half of lo >> 16 */
+#if TMS_ASM
+  int32_t r;
+  __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
+  return r;
+#else
+  return (int32_t)(((uint32_t)hi & 0xffff0000u) | ((uint32_t)lo >> 16));
+#endif
+}
+#endif
+
+/* Four channels of one output pixel over ``taps`` taps: tap t's input word at x + off(t), where
+ * off(t) = toff[t], or 4 t when ``linear`` (a gathered window). */
+TMS_INLINE void dw_block4(const int linear, const int8_t* x, const int32_t* toff, const int8_t* wb, int32_t taps,
+                          int32_t* acc) {
+  int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+  const tms_w32_t* wp = (const tms_w32_t*)wb;
+  int32_t t = 0;
+#if TMS_DSP
+  for (; t + 1 < taps; t += 2, wp += 2) {
+    int32_t x0 = rd32(x + (linear ? 4 * t : toff[t])), x1 = rd32(x + (linear ? 4 * t + 4 : toff[t + 1]));
+    int32_t wa = wp[0], wb2 = wp[1];
+    int32_t p01 = pkhbt16(x0, x1), p23 = pkhtb16(x1, x0);
+    a0 = smlad(sxtb16(p01), sxtb16(wa), a0);
+    a1 = smlad(sxtb16_ror8(p01), sxtb16_ror8(wa), a1);
+    a2 = smlad(sxtb16(p23), sxtb16(wb2), a2);
+    a3 = smlad(sxtb16_ror8(p23), sxtb16_ror8(wb2), a3);
+  }
+  if (t < taps) {
+    int32_t xv = rd32(x + (linear ? 4 * t : toff[t])), wv = wp[0];
+    int32_t xe = sxtb16(xv), xo = sxtb16_ror8(xv), we = sxtb16(wv), wo = sxtb16_ror8(wv);
+    a0 = smlabb(xe, we, a0);
+    a2 = smlatt(xe, we, a2);
+    a1 = smlabb(xo, wo, a1);
+    a3 = smlatt(xo, wo, a3);
+  }
+#else
+  const int8_t* w8 = wb;
+  for (; t + 1 < taps; t += 2, w8 += 8) {
+    const int8_t* p0 = x + (linear ? 4 * t : toff[t]);
+    const int8_t* p1 = x + (linear ? 4 * t + 4 : toff[t + 1]);
+    a0 += p0[0] * w8[0] + p1[0] * w8[2];
+    a1 += p0[1] * w8[1] + p1[1] * w8[3];
+    a2 += p0[2] * w8[4] + p1[2] * w8[6];
+    a3 += p0[3] * w8[5] + p1[3] * w8[7];
+  }
+  if (t < taps) {
+    const int8_t* p0 = x + (linear ? 4 * t : toff[t]);
+    a0 += p0[0] * w8[0];
+    a1 += p0[1] * w8[1];
+    a2 += p0[2] * w8[2];
+    a3 += p0[3] * w8[3];
+  }
+  (void)wp;
+#endif
+  acc[0] = a0;
+  acc[1] = a1;
+  acc[2] = a2;
+  acc[3] = a3;
+}
+
+/* Weight of tap t, channel j (< 4) in a packed block (the tail channels' scalar path). */
+static int32_t dw_weight(const int8_t* wb, int32_t taps, int32_t t, int32_t j) {
+  if (t == taps - 1 && (taps & 1)) return wb[4 * t + j];
+  return wb[8 * (t >> 1) + 4 * (j >> 1) + (j & 1) + 2 * (t & 1)];
+}
+
+/* One output pixel. ``valid`` (NULL: every tap is inside the image) says which taps are; taps
+ * outside read the input zero point, through a gathered window ``win`` of the block's taps. */
+TMS_INLINE void dw_pixel(const int mode, const tms_conv_t* p, const int8_t* xw, const int8_t* w,
+                         const tms_chan_t* ch, const int32_t* toff, const uint8_t* valid, tms_w32_t* win, int8_t* y,
+                         const tms_out_t* o) {
+  const int32_t C = p->in_c, c4 = C & ~3, taps = p->kh * p->kw;
+  const int32_t zp4 = (int32_t)((uint32_t)(uint8_t)p->in_zp * 0x01010101u);
+  int32_t c = 0;
+  const int8_t* wb = w;
+  /* channels in blocks of four: reads of a block's taps precede its writes */
+  for (; c < c4; c += 4, wb += 4 * taps) {
+    int32_t acc[4] = {ch[c].bias, ch[c + 1].bias, ch[c + 2].bias, ch[c + 3].bias};
+    if (valid == NULL) {
+      dw_block4(0, xw + c, toff, wb, taps, acc);
+    } else {
+      for (int32_t t = 0; t < taps; ++t) win[t] = valid[t] ? rd32(xw + toff[t] + c) : zp4;
+      dw_block4(1, (const int8_t*)win, toff, wb, taps, acc);
+    }
+    y[c] = out1(mode, ch + c, acc[0], o);
+    y[c + 1] = out1(mode, ch + c + 1, acc[1], o);
+    y[c + 2] = out1(mode, ch + c + 2, acc[2], o);
+    y[c + 3] = out1(mode, ch + c + 3, acc[3], o);
+  }
+  for (; c < C; ++c) {
+    int32_t acc = ch[c].bias;
+    for (int32_t t = 0; t < taps; ++t)
+      acc += (valid == NULL || valid[t] ? xw[toff[t] + c] : p->in_zp) * dw_weight(wb, taps, t, c - c4);
+    y[c] = out1(mode, ch + c, acc, o);
+  }
+}
+
+#define TMS_DW_PIXEL(mode, ...) dw_pixel(mode, __VA_ARGS__)
+
+void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
+  const int32_t C = p->in_c;
+  const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
+  const int mode = out_mode(tab, p->act_min, p->act_max);
+  const int32_t span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
+  int32_t toff[TMS_DW_MAX_TAPS];
+  uint8_t valid[TMS_DW_MAX_TAPS];
+  tms_w32_t win[TMS_DW_MAX_TAPS];
+  for (int32_t ky = 0, t = 0; ky < p->kh; ++ky)
+    for (int32_t kx = 0; kx < p->kw; ++kx, ++t) toff[t] = ((ky * p->dh) * p->in_w + kx * p->dw) * C;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * C;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+      int32_t iy0 = oy * p->sh - p->pad_t;
+      int rows_in = iy0 >= 0 && iy0 + span_h < p->in_h;
+      for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
+        int32_t ix0 = ox * p->sw - p->pad_l;
+        const uint8_t* vp = NULL;
+        if (!(rows_in && ix0 >= 0 && ix0 + span_w < p->in_w)) {
+          for (int32_t ky = 0, t = 0; ky < p->kh; ++ky)
+            for (int32_t kx = 0; kx < p->kw; ++kx, ++t) {
+              int32_t iy = iy0 + ky * p->dh, ix = ix0 + kx * p->dw;
+              valid[t] = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w;
+            }
+          vp = valid;
+        }
+        /* window origin (may lie outside the image: only valid taps are read through it) */
+        const int8_t* xw = xb + ((intptr_t)iy0 * p->in_w + ix0) * C;
+        TMS_BY_MODE(mode, TMS_DW_PIXEL, p, xw, w, tab + 1, toff, vp, win, y, &o);
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ pooling */
+void tms_maxpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y) {
+  const int32_t C = p->c;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * C;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+      int32_t iy0 = oy * p->sh - p->pad_t;
+      int32_t y0 = iy0 < 0 ? 0 : iy0, y1 = iy0 + p->kh > p->in_h ? p->in_h : iy0 + p->kh;
+      for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
+        int32_t ix0 = ox * p->sw - p->pad_l;
+        int32_t x0 = ix0 < 0 ? 0 : ix0, x1 = ix0 + p->kw > p->in_w ? p->in_w : ix0 + p->kw;
+        for (int32_t c = 0; c < C; ++c) {
+          int32_t m = -128;
+          for (int32_t iy = y0; iy < y1; ++iy)
+            for (int32_t ix = x0; ix < x1; ++ix) {
+              int32_t v = xb[((int32_t)iy * p->in_w + ix) * C + c];
+              m = v > m ? v : m;
+            }
+          y[c] = (int8_t)(m < p->act_min ? p->act_min : (m > p->act_max ? p->act_max : m));
+        }
+      }
+    }
+  }
+}
+
+void tms_avgpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y) {
+  const int32_t C = p->c;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * C;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+      int32_t iy0 = oy * p->sh - p->pad_t;
+      int32_t y0 = iy0 < 0 ? 0 : iy0, y1 = iy0 + p->kh > p->in_h ? p->in_h : iy0 + p->kh;
+      for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
+        int32_t ix0 = ox * p->sw - p->pad_l;
+        int32_t x0 = ix0 < 0 ? 0 : ix0, x1 = ix0 + p->kw > p->in_w ? p->in_w : ix0 + p->kw;
+        int32_t count = (y1 - y0) * (x1 - x0);
+        for (int32_t c = 0; c < C; ++c) {
+          int32_t s = 0;
+          for (int32_t iy = y0; iy < y1; ++iy)
+            for (int32_t ix = x0; ix < x1; ++ix) s += xb[((int32_t)iy * p->in_w + ix) * C + c];
+          int32_t half = count / 2;
+          int32_t avg = s > 0 ? (s + half) / count : (s - half) / count;
+          y[c] = (int8_t)(avg < p->act_min ? p->act_min : (avg > p->act_max ? p->act_max : avg));
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,88 @@
+/* tms_nn.h: tvm_memsched's integer microkernels for Cortex-M (and any C99 target).
+ *
+ * Why a small hand-written library instead of TIR schedules: TVM 0.27 has no Cortex-M
+ * tensorisation left (microTVM and its SMLAD intrinsics went with Relay), and its C code
+ * generator keeps reduction accumulators in workspace buffers. The kernels here compute exactly
+ * what tvm_memsched's integer TIR kernels compute (TFLite's reference kernels, bit for bit), with
+ *   - int32 accumulators in registers;
+ *   - the input zero point folded into a per-channel bias at compile time
+ *     (bias' = bias - zp_in * sum(weights)); padding is read as zp_in, so it still adds nothing;
+ *   - register blocking: 2 output pixels x 2 output channels per inner loop, so every loaded
+ *     input word feeds two channels and every weight word two pixels;
+ *   - on cores with the DSP extension (__ARM_FEATURE_DSP: Cortex-M4/M7/M33/M55) four int8 products
+ *     per pair of SMLAD instructions, operands widened with SXTB16; plain C elsewhere (Cortex-M0+/M3,
+ *     the host). TMS_NN_EMULATE_DSP compiles the DSP path with portable C for the instructions, so
+ *     the host can test it; TMS_NN_NO_DSP forces the plain path.
+ * Weights come packed by tvm_memsched.micro.nn (same bytes, another order, rows padded to four):
+ * channel pairs interleaved every four reduction elements, [OC/2][K/4][2][4]; depthwise weights
+ * as four-channel blocks of every tap, [C/4][taps][4]. Each convolution
+ * call gathers two output pixels' input windows into a small column buffer laid out the same way
+ * ([K/4][2][4], its workspace, planned in the arena like any other) before it writes any output,
+ * which keeps every in-place overlap tvm_memsched proved on the TIR kernel safe here too.
+ *
+ * Requantisation is TFLite's MultiplyByQuantizedMultiplier (gemmlowp double rounding). A channel
+ * table (tms_chan_t) holds the folded bias, the multiplier and the shifts; its first entry is a
+ * header whose flags say whether the fast epilogue is exact for this call (proven at compile time
+ * from the weights: |accumulator| < 2^30, no left shift, right shift >= 1).
+ */
+#ifndef TMS_NN_H_
+#define TMS_NN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* one output channel: folded bias, Q0.31 multiplier, shifts (right - 1 | left << 8 | right << 16) */
+typedef struct {
+  int32_t bias;
+  int32_t mult;
+  int32_t shift;
+} tms_chan_t;
+
+/* header entry (table[0]): flags */
+#define TMS_RQ_FAST 1
+
+typedef struct {
+  uint16_t batch, in_h, in_w, in_c, out_h, out_w, out_c;
+  uint8_t kh, kw, sh, sw, dh, dw;
+  int16_t pad_t, pad_l;
+  int8_t in_zp, out_zp, act_min, act_max;
+} tms_conv_t;
+
+typedef struct {
+  uint16_t rows, in_n, out_n;
+  int8_t in_zp, out_zp, act_min, act_max;
+} tms_fc_t;
+
+typedef struct {
+  uint16_t batch, in_h, in_w, c, out_h, out_w;
+  uint8_t kh, kw, sh, sw;
+  int16_t pad_t, pad_l;
+  int8_t act_min, act_max;
+} tms_pool_t;
+
+/* most taps (kh * kw) tms_dwconv_s8 takes */
+#define TMS_DW_MAX_TAPS 64
+
+/* bytes of column buffer tms_conv_s8 needs */
+#define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
+
+/* CONV_2D (groups 1), NHWC, packed weights; col: TMS_CONV_COL_BYTES bytes, 4-byte aligned. */
+void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                 int8_t* col);
+/* DEPTHWISE_CONV_2D with depth multiplier 1, NHWC, weights packed [ceil(C / 4)][kh * kw][4]. */
+void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
+/* FULLY_CONNECTED: rows x in_n -> rows x out_n, packed weights (weight zero point 0). */
+void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
+/* MAX_POOL_2D over the valid part of each window, clamped to the activation range. */
+void tms_maxpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y);
+/* AVERAGE_POOL_2D: sum of the valid part of the window / its size, rounded half away from zero. */
+void tms_avgpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TMS_NN_H_ */
