@@ -331,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         check_paths(args)
         if getattr(args, "host", False) and not getattr(args, "run", False):
             raise MemschedError("--host only applies with --run (build and run the export on this machine)")
+        if getattr(args, "profile", False) and hasattr(args, "host") and (args.host or not args.run):
+            raise MemschedError("--profile applies with --run on a Cortex-M board (kernel calls are timed with "
+                                "its SysTick in QEMU), not with --host or without --run")
         if getattr(args, "verbose", None) is not None:
             return _with_native_log(args)
         return args.fn(args)

@@ -86,8 +86,14 @@ def add_parser(subparsers):
                         "the outputs against TVM on the original model")
     s.add_argument("--greedy-arena", action="store_true",
                    help="keep the greedy tensor placement (default: CP-SAT when greedy misses the live-peak bound)")
+    s.add_argument("--kernels", choices=["fast", "tvm"], default="fast",
+                   help="fast (default): integer convolutions, fully connected layers and pools by tvm_memsched's "
+                        "microkernel library (SMLAD on DSP cores), bit-identical; tvm: TVM's C for every kernel")
     s.add_argument("--run", action="store_true", help="build and run on QEMU (or the host with --host), "
                                                       "compare the outputs with TVM's")
+    s.add_argument("--profile", action="store_true",
+                   help="with --run on a Cortex-M board: also time every kernel call and print where the "
+                        "instructions go (per kernel: instructions, share, MACs, instructions per MAC)")
     s.add_argument("--host", action="store_true", help="with --run: build with the host compiler and run natively")
     s.add_argument("--seed", type=int, default=0, help="seed of the fixed test input (default 0)")
     s.add_argument("--invocations", type=int, default=None, metavar="N",
@@ -160,7 +166,7 @@ def run(args) -> int:
                  inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
                  progress=progress, int8=not args.no_int8, inplace=not args.no_inplace, layout=args.layout,
-                 inline_producers=not args.no_inline_producers)
+                 inline_producers=not args.no_inline_producers, kernels=args.kernels)
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
     sides = {"ours": {"ram": exp.ram_bytes, "flash": exp.flash_bytes, "instructions": None}}
@@ -215,13 +221,21 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report) -> int:
         reference = reference_sequence(original, sequence, exp.states)
     elif tfl is not None and exp.states:
         reference, name = litert_reference(tfl, sequence), "LiteRT (reference kernels)"
-    r = run(exp, sequence=sequence, reference=reference, reference_name=name)
+    extra = {"profile": True} if args.profile else {}
+    r = run(exp, sequence=sequence, reference=reference, reference_name=name, **extra)
     print(r.summary())
     sides["ours"]["instructions"] = r.instructions
     report["run"] = {"mode": r.mode, "max_abs_err": r.max_abs_err, "ok": r.ok, "seconds": r.seconds,
-                     "instructions": r.instructions, "stack_used": r.stack_used,
+                     "instructions": r.instructions, "macs": r.macs,
+                     "instructions_per_mac": r.instructions_per_mac, "stack_used": r.stack_used,
                      "workspace_high_water": r.workspace_high_water, "invocations": r.invocations,
                      "reference": r.reference_name}
+    if args.profile:
+        from ..micro.run import profile_table
+
+        print("where the instructions go (kernel calls timed with SysTick; the timing adds a few per call):")
+        print(profile_table(exp, r))
+        report["run"]["profile"] = {exp.program.calls[k].kernel + f"#{k}": n for k, n in sorted(r.profile.items())}
     code = 0
     if not r.ok:
         print(f"tvm-memsched: error: outputs differ from {r.reference_name}'s (max abs error {r.max_abs_err:.3g})",

@@ -336,20 +336,21 @@ def _sequence(exp, inputs, sequence, seed, reference):
 
 def run_host(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, reference=None, check: bool = True,
              rtol: float = 1e-4, atol: float = 1e-4, timeout: float = 120, reference_name: str = "TVM",
-             api: str = "auto") -> RunResult:
+             api: str = "auto", cflags=()) -> RunResult:
     """Build the exported C with the host compiler, run it on ``inputs`` and compare with TVM.
 
     ``inputs`` default to :func:`default_inputs` (``seed``); ``reference`` (TVM's
     outputs) is computed when ``check`` and not given. ``sequence`` (a list of
     input lists, instead of ``inputs``) invokes the model on each in turn;
     ``reference`` then holds the outputs of every invocation. ``api``: which entry
-    point the test program uses (``_write_harness``).
+    point the test program uses (``_write_harness``). ``cflags``: extra compiler flags (e.g.
+    ``-DTMS_NN_EMULATE_DSP`` runs the microkernel library's DSP path in portable C).
     """
     sequence, reference = _sequence(exp, inputs, sequence, seed, reference)
     build_dir = os.path.join(exp.out_dir, "run", "host")
     data = _write_harness(exp, sequence, build_dir, api)
     objs = compile_model(exp, build_dir, None, extra_sources=[runtime_file("harness.c"), data],
-                         extra_flags=["-I", build_dir])
+                         extra_flags=["-I", build_dir, *cflags])
     exe = os.path.join(build_dir, f"{exp.name}_test")
     link(host_cc(), objs.objects, exe, ["-lm"])
     out = run_command([exe], timeout=timeout)

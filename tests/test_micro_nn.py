@@ -1,0 +1,381 @@
+"""The microkernel library (micro/runtime/tms_nn.c) against TFLite's arithmetic, directly and through exports.
+
+* Direct: the library built for the host twice, plain C and the DSP path with portable C for
+  SXTB16/SMLAD/SMMULR/SSAT (``TMS_NN_EMULATE_DSP``), called through ctypes on random shapes and
+  quantisation (odd channel counts, strides, padding, dilation, per-channel and per-tensor scales, batch),
+  against a numpy implementation of TFLite's reference kernels; the fast requantisation flag is set only
+  when proven, and both epilogues are exercised.
+* In place: the output written over the input at the smallest lag tvm_memsched's TIR analysis allows for
+  the same operator, in one shared buffer.
+* Exports: single-operator models exported with the library and run on the host (both paths) and in QEMU
+  (Cortex-M4 with DSP, Cortex-M3 without), bit-identical to TVM's integer TIR kernels (the scalar path).
+"""
+
+import ctypes
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import tflite_ops as T
+from tvm_memsched.micro import nn
+from tvm_memsched.micro.toolchain import host_cc
+from tvm_memsched.relax.int8.fixedpoint import mbqm_array
+from tvm_memsched.relax.int8.params import conv_multipliers
+
+RUNTIME = os.path.join(os.path.dirname(nn.__file__), "runtime")
+
+
+# ------------------------------------------------------------------ host builds of the library
+class Conv(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint16) for n in ("batch", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c")] + \
+        [(n, ctypes.c_uint8) for n in ("kh", "kw", "sh", "sw", "dh", "dw")] + \
+        [(n, ctypes.c_int16) for n in ("pad_t", "pad_l")] + \
+        [(n, ctypes.c_int8) for n in ("in_zp", "out_zp", "act_min", "act_max")]
+
+
+class Fc(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint16) for n in ("rows", "in_n", "out_n")] + \
+        [(n, ctypes.c_int8) for n in ("in_zp", "out_zp", "act_min", "act_max")]
+
+
+class Pool(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint16) for n in ("batch", "in_h", "in_w", "c", "out_h", "out_w")] + \
+        [(n, ctypes.c_uint8) for n in ("kh", "kw", "sh", "sw")] + \
+        [(n, ctypes.c_int16) for n in ("pad_t", "pad_l")] + [(n, ctypes.c_int8) for n in ("act_min", "act_max")]
+
+
+@pytest.fixture(scope="module", params=["plain", "dsp"])
+def lib(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tms") / f"libtms_{request.param}.so"
+    flags = ["-DTMS_NN_EMULATE_DSP"] if request.param == "dsp" else []
+    subprocess.run([host_cc(), "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *flags,
+                    os.path.join(RUNTIME, "tms_nn.c"), "-o", str(out)], check=True)
+    return ctypes.CDLL(str(out))
+
+
+def ptr(a):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+# ------------------------------------------------------------------ TFLite's reference arithmetic in numpy
+def requant(acc, mult, shift, zp, lo, hi):
+    return np.clip(mbqm_array(acc, mult, shift) + zp, lo, hi).astype(np.int8)
+
+
+def ref_conv(x, w, bias, zp_in, stride, pad, dil, out_hw, depthwise):
+    """int32 accumulators of CONV_2D (w OHWI) or DEPTHWISE_CONV_2D (w 1HWC): sum of (x - zp) w over the
+    taps inside the image, plus the bias."""
+    n, h, wd, c = x.shape
+    kh, kw = w.shape[1], w.shape[2]
+    oc = w.shape[3] if depthwise else w.shape[0]
+    oh, ow = out_hw
+    acc = np.zeros((n, oh, ow, oc), np.int64) + bias
+    xs = x.astype(np.int64) - zp_in
+    for ky in range(kh):
+        for kx in range(kw):
+            iy = np.arange(oh) * stride[0] - pad[0] + ky * dil[0]
+            ix = np.arange(ow) * stride[1] - pad[1] + kx * dil[1]
+            vy, vx = (iy >= 0) & (iy < h), (ix >= 0) & (ix < wd)
+            patch = np.zeros((n, oh, ow, c), np.int64)
+            patch[:, vy[:, None] & vx[None, :]] = xs[:, iy[vy]][:, :, ix[vx]].reshape(n, -1, c)
+            if depthwise:
+                acc += patch * w[0, ky, kx].astype(np.int64)
+            else:
+                acc += np.einsum("nhwc,oc->nhwo", patch, w[:, ky, kx].astype(np.int64))
+    return acc
+
+
+def quant_params(rng, oc, per_channel, *, extreme=False):
+    """Random (multipliers, shifts) of a convolution; ``extreme``: scales >= 0.5 (a left shift: exact path)."""
+    s_in, s_out = rng.uniform(0.01, 0.1), rng.uniform(0.02, 0.3)
+    ws = rng.uniform(0.002, 0.02, oc if per_channel else 1)
+    if extreme:
+        ws = ws * rng.uniform(30, 300)
+    m, s = conv_multipliers(s_in, ws, s_out)
+    if not per_channel:
+        m, s = m * oc, s * oc
+    return np.array(m), np.array(s)
+
+
+def act_range(rng):
+    kind = rng.integers(3)
+    return (-128, 127) if kind == 0 else (int(rng.integers(-128, 0)), 127) if kind == 1 else \
+        (int(rng.integers(-128, -60)), int(rng.integers(0, 127)))
+
+
+def conv_desc(x_shape, w_shape, y_shape, stride, pad, dil, zp_in, mult, shift, zp_out, lo, hi, depthwise):
+    per_channel = len(set(zip(mult.tolist(), shift.tolist()))) > 1
+    return {"op": "depthwise_conv2d" if depthwise else "conv2d", "x": list(x_shape), "w": list(w_shape),
+            "y": list(y_shape), "strides": list(stride), "padding": [pad[0], pad[1], 0, 0],
+            "dilation": list(dil), "groups": 1, "depth_multiplier": int(depthwise), "in_offset": -zp_in,
+            "requant": {"multiplier": None if per_channel else int(mult[0]),
+                        "shift": None if per_channel else int(shift[0]), "offset": zp_out, "lo": lo, "hi": hi},
+            "has_bias": True, "dtypes": ["int8"] * 3}
+
+
+def tir_table(desc, bias, mult, shift):
+    """The TIR kernel's channel table: bias, then per-channel multipliers and shifts as rows."""
+    rows = [bias] + ([mult, shift] if desc["requant"]["multiplier"] is None else [])
+    return np.stack(rows).astype(np.int32)
+
+
+def random_conv(rng, depthwise, *, extreme=False, big_bias=False):
+    n = int(rng.integers(1, 3))
+    c = int(rng.integers(1, 13)) if depthwise else int(rng.integers(1, 20))
+    oc = c if depthwise else int(rng.integers(1, 20))
+    kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    dil = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    h, wd = int(rng.integers(kh * dil[0], 12)), int(rng.integers(kw * dil[1], 12))
+    pad = (int(rng.integers(0, kh)), int(rng.integers(0, kw)))
+    oh = (h + pad[0] + int(rng.integers(0, kh)) - (kh - 1) * dil[0] - 1) // stride[0] + 1
+    ow = (wd + pad[1] + int(rng.integers(0, kw)) - (kw - 1) * dil[1] - 1) // stride[1] + 1
+    zp_in, zp_out = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+    x = rng.integers(-128, 128, (n, h, wd, c)).astype(np.int8)
+    w = rng.integers(-127, 128, (1, kh, kw, c) if depthwise else (oc, kh, kw, c)).astype(np.int8)
+    bias = rng.integers(-(1 << 30) if big_bias else -5000, (1 << 30) if big_bias else 5000, oc).astype(np.int64)
+    mult, shift = quant_params(rng, oc, bool(rng.integers(2)), extreme=extreme)
+    lo, hi = act_range(rng)
+    desc = conv_desc(x.shape, w.shape, (n, oh, ow, oc), stride, pad, dil, zp_in, mult, shift, zp_out, lo, hi,
+                     depthwise)
+    return desc, x, w, bias, mult, shift
+
+
+def run_conv(lib, desc, x, w, bias, mult, shift, *, y_in_x=None):
+    """The library's output; ``y_in_x``: place the output this many bytes below the input in one buffer."""
+    dw = desc["op"] == "depthwise_conv2d"
+    table = nn.channel_table(desc, w, tir_table(desc, bias, mult, shift))
+    packed = nn.pack_depthwise(w) if dw else nn.pack_weights(w)
+    n, oh, ow, oc = desc["y"]
+    p = Conv(batch=n, in_h=x.shape[1], in_w=x.shape[2], in_c=x.shape[3], out_h=oh, out_w=ow, out_c=oc,
+             kh=w.shape[1], kw=w.shape[2], sh=desc["strides"][0], sw=desc["strides"][1], dh=desc["dilation"][0],
+             dw=desc["dilation"][1], pad_t=desc["padding"][0], pad_l=desc["padding"][1], in_zp=-desc["in_offset"],
+             out_zp=desc["requant"]["offset"], act_min=desc["requant"]["lo"], act_max=desc["requant"]["hi"])
+    col_bytes = 2 * (-(-w[0].size // 4) * 4)              # two windows of kh * kw * in_c, rounded up to 4
+    wbuf = np.zeros(packed.size + 16, np.int8)         # 16-byte aligned like the exported constants
+    off = (-wbuf.ctypes.data) % 16
+    wbuf[off:off + packed.size] = packed
+    wp = wbuf[off:]
+    ysize = n * oh * ow * oc
+    if y_in_x is None:
+        y = np.zeros(ysize, np.int8)
+        xa = np.ascontiguousarray(x)
+    else:
+        shared = np.zeros(max(x.size + y_in_x, ysize) + 8, np.int8)
+        shared[y_in_x:y_in_x + x.size] = x.reshape(-1)
+        xa, y = shared[y_in_x:], shared[:]
+    if dw:
+        lib.tms_dwconv_s8(ctypes.byref(p), ptr(xa), ptr(wp), ptr(table), ptr(y))
+    else:
+        colbuf = np.zeros(col_bytes + 8, np.int8)
+        coff = (-colbuf.ctypes.data) % 8
+        lib.tms_conv_s8(ctypes.byref(p), ptr(xa), ptr(wp), ptr(table), ptr(y), ptr(colbuf[coff:]))
+    return y[:ysize].reshape(n, oh, ow, oc), table
+
+
+def expected_conv(desc, x, w, bias, mult, shift):
+    dw = desc["op"] == "depthwise_conv2d"
+    acc = ref_conv(x, w, bias, -desc["in_offset"], desc["strides"], desc["padding"], desc["dilation"],
+                   desc["y"][1:3], dw)
+    rq = desc["requant"]
+    return requant(acc, mult, shift, rq["offset"], rq["lo"], rq["hi"])
+
+
+# ------------------------------------------------------------------ direct tests
+@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
+def test_convolutions_match_tflite_on_random_shapes(lib, depthwise):
+    rng = np.random.default_rng(11 + depthwise)
+    fast = 0
+    for case in range(60):
+        desc, x, w, bias, mult, shift = random_conv(rng, depthwise, extreme=case % 7 == 6, big_bias=case % 11 == 10)
+        got, table = run_conv(lib, desc, x, w, bias, mult, shift)
+        want = expected_conv(desc, x, w, bias, mult, shift)
+        assert np.array_equal(got, want), (case, desc)
+        fast += int(table[0, 0] & 1)
+    assert 20 < fast < 60                   # both epilogues ran
+
+
+def test_fully_connected_matches_tflite(lib):
+    rng = np.random.default_rng(5)
+    for case in range(40):
+        rows, k, n = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(1, 30))
+        x = rng.integers(-128, 128, (rows, k)).astype(np.int8)
+        w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        bias = rng.integers(-9000, 9000, n).astype(np.int64)
+        zp_in, zp_out = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+        mult, shift = quant_params(rng, n, bool(rng.integers(2)), extreme=case % 9 == 8)
+        lo, hi = act_range(rng)
+        per_channel = len(set(zip(mult.tolist(), shift.tolist()))) > 1
+        desc = {"op": "dense", "x": [rows, k], "w": [n, k], "y": [rows, n], "in_offset": -zp_in, "w_offset": 0,
+                "requant": {"multiplier": None if per_channel else int(mult[0]),
+                            "shift": None if per_channel else int(shift[0]), "offset": zp_out, "lo": lo, "hi": hi},
+                "has_bias": True, "dtypes": ["int8"] * 3}
+        table = nn.channel_table(desc, w, tir_table(desc, bias, mult, shift))
+        packed = nn.pack_weights(w)
+        wbuf = np.zeros(packed.size + 16, np.int8)
+        off = (-wbuf.ctypes.data) % 16
+        wbuf[off:off + packed.size] = packed
+        y = np.zeros((rows, n), np.int8)
+        p = Fc(rows=rows, in_n=k, out_n=n, in_zp=zp_in, out_zp=zp_out, act_min=lo, act_max=hi)
+        lib.tms_fc_s8(ctypes.byref(p), ptr(x), ptr(wbuf[off:]), ptr(table), ptr(y))
+        acc = (x.astype(np.int64) - zp_in) @ w.astype(np.int64).T + bias
+        assert np.array_equal(y, requant(acc, mult, shift, zp_out, lo, hi)), case
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pools_match_tflite(lib, kind):
+    rng = np.random.default_rng(8)
+    for case in range(30):
+        n, c = int(rng.integers(1, 3)), int(rng.integers(1, 9))
+        kh, kw, sh, sw = (int(v) for v in rng.integers(1, 4, 4))
+        h, wd = int(rng.integers(kh, 10)), int(rng.integers(kw, 10))
+        pt, pl = int(rng.integers(0, kh)), int(rng.integers(0, kw))
+        oh, ow = (h + 2 * pt - kh) // sh + 1, (wd + 2 * pl - kw) // sw + 1
+        lo, hi = act_range(rng)
+        x = rng.integers(-128, 128, (n, h, wd, c)).astype(np.int8)
+        y = np.zeros((n, oh, ow, c), np.int8)
+        p = Pool(batch=n, in_h=h, in_w=wd, c=c, out_h=oh, out_w=ow, kh=kh, kw=kw, sh=sh, sw=sw, pad_t=pt, pad_l=pl,
+                 act_min=lo, act_max=hi)
+        getattr(lib, f"tms_{kind}pool_s8")(ctypes.byref(p), ptr(x), ptr(y))
+        want = np.zeros_like(y)
+        for oy in range(oh):
+            for ox in range(ow):
+                y0, x0 = oy * sh - pt, ox * sw - pl
+                win = x[:, max(y0, 0):min(y0 + kh, h), max(x0, 0):min(x0 + kw, wd)].astype(np.int64)
+                if kind == "max":
+                    v = win.max(axis=(1, 2))
+                else:
+                    s, cnt = win.sum(axis=(1, 2)), win.shape[1] * win.shape[2]
+                    v = np.where(s > 0, (s + cnt // 2) // cnt, -((-s + cnt // 2) // cnt))
+                want[:, oy, ox] = np.clip(v, lo, hi)
+        assert np.array_equal(y, want), case
+
+
+def test_fast_requantisation_is_used_only_where_proven():
+    """The header flag: no left shift, right shift >= 1 and |accumulator| < 2**30 for every channel."""
+    rng = np.random.default_rng(0)
+    desc, x, w, bias, mult, shift = random_conv(rng, False)
+    ok = nn.channel_table(desc, w, tir_table(desc, bias, mult, shift))
+    assert ok[0, 0] & 1 and np.all(shift < 0)
+    shift2 = shift.copy()
+    shift2[0] = 1                               # a left shift: exact path
+    d2 = dict(desc, requant=dict(desc["requant"], multiplier=None, shift=None))
+    assert not nn.channel_table(d2, w, tir_table(d2, bias, mult, shift2))[0, 0] & 1
+    big = bias.copy()
+    big[-1] = (1 << 30) - 10                    # the accumulator may reach 2**30
+    assert not nn.channel_table(desc, w, tir_table(desc, big, mult, shift))[0, 0] & 1
+    # folded bias: bias - zp_in * sum(w) per output channel; shifts as right - 1 | left << 8 | right << 16
+    zp = -desc["in_offset"]
+    assert np.array_equal(ok[1:, 0], bias - zp * w.reshape(w.shape[0], -1).astype(np.int64).sum(1))
+    assert np.array_equal(ok[1:, 2] >> 16, -shift) and np.array_equal(ok[1:, 2] & 0xff, -shift - 1)
+
+
+def test_packed_layouts():
+    w = np.arange(3 * 5, dtype=np.int8).reshape(3, 5)
+    p = nn.pack_weights(w).reshape(2, 2, 2, 4)            # [pair][group][row][4]
+    assert p[0, 0, 0].tolist() == [0, 1, 2, 3] and p[0, 0, 1].tolist() == [5, 6, 7, 8]
+    assert p[0, 1, 0].tolist() == [4, 0, 0, 0] and p[1, 0, 1].tolist() == [0, 0, 0, 0]
+    dw = np.arange(1 * 3 * 1 * 6, dtype=np.int8).reshape(1, 3, 1, 6)    # taps 0..2, channels 0..5
+    q = nn.pack_depthwise(dw).reshape(2, 12)
+    # block 0, taps (0, 1): channels (0, 1) then (2, 3), each word [t c, t c+1, t+1 c, t+1 c+1]
+    assert q[0, :8].tolist() == [0, 1, 6, 7, 2, 3, 8, 9] and q[0, 8:].tolist() == [12, 13, 14, 15]
+    assert q[1, :8].tolist() == [4, 5, 10, 11, 0, 0, 0, 0] and q[1, 8:].tolist() == [16, 17, 0, 0]
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
+def test_in_place_at_the_lag_the_tir_analysis_allows(lib, depthwise):
+    """Output written over the input at the smallest safe lag traced from the TIR kernel: same numbers."""
+    from tvm_memsched.relax.inplace import kernel_inplace_shifts
+    from tvm_memsched.relax.int8 import kernels as K
+
+    rng = np.random.default_rng(3)
+    tried = 0
+    for case in range(40):
+        desc, x, w, bias, mult, shift = random_conv(rng, depthwise)
+        if desc["x"][0] != 1 or math.prod(desc["y"]) > x.size:
+            continue
+        rq = desc["requant"]
+        f = K.conv2d(tuple(desc["x"]), tuple(desc["w"]), tuple(desc["y"]), strides=tuple(desc["strides"]),
+                     padding=tuple(desc["padding"]), dilation=tuple(desc["dilation"]), groups=1,
+                     depth_multiplier=int(depthwise), in_offset=desc["in_offset"],
+                     requant=K.Requant(rq["multiplier"], rq["shift"], rq["offset"], rq["lo"], rq["hi"]),
+                     has_bias=True)
+        shifts = [s for i, o, s in kernel_inplace_shifts(f, 3) if i == 0]
+        if not shifts:
+            continue
+        got, _ = run_conv(lib, desc, x, w, bias, mult, shift, y_in_x=min(shifts))
+        assert np.array_equal(got, expected_conv(desc, x, w, bias, mult, shift)), (case, desc, min(shifts))
+        tried += 1
+    assert tried >= 8
+
+
+# ------------------------------------------------------------------ exports: host and QEMU
+def single_op_models():
+    """Small one-operator int8 files covering the library's kernels (odd channels, stride, dilation, bias)."""
+    rng = np.random.default_rng(21)
+    B = T.B
+    return {
+        "conv3x3_s2": T.conv(rng, act=1, stride=2, hw=(9, 7), cin=5, cout=7),
+        "conv1x1": T.conv(rng, k=1, hw=(6, 5), cin=12, cout=9, per_channel=False),
+        "conv_dilated_valid": T.conv(rng, k=3, dil=2, pad=T.tfl.Padding.VALID, hw=(9, 9), cin=3, cout=4,
+                                     bias=False),
+        "depthwise": T.conv(rng, depthwise=True, act=3, hw=(8, 7), cin=6, k=3),
+        "depthwise_5x5_s2": T.conv(rng, depthwise=True, stride=2, hw=(9, 10), cin=9, k=5),
+        "fully_connected": T.fully_connected(rng, k=37, n=11, act=1),
+        "max_pool": T.pool(B.MAX_POOL_2D),
+        "avg_pool": T.pool(B.AVERAGE_POOL_2D),
+    }
+
+
+def export_fast(buf, board, out):
+    from tvm_memsched import micro
+    from tvm_memsched.relax.frontend import from_tflite_bytes
+
+    exp = micro.export(from_tflite_bytes(buf), board, str(out), measure=False, check_fit=False)
+    assert exp.library_kernels, "the library should compute this model's operator"
+    return exp
+
+
+@pytest.mark.parametrize("name", list(single_op_models()))
+def test_exported_operators_match_tvm_integer_kernels_on_the_host(name, tmp_path):
+    """Both host builds of the library (plain C; DSP path in portable C) equal TVM's TIR kernels bit for bit."""
+    from tvm_memsched import micro
+
+    exp = export_fast(single_op_models()[name], "mps2-an386", tmp_path)
+    ref = micro.reference_outputs(exp.mod, micro.default_inputs(exp))
+    for flags in ([], ["-DTMS_NN_EMULATE_DSP"]):
+        r = micro.run_host(exp, reference=ref, cflags=flags)
+        assert r.ok and r.max_abs_err == 0, (flags, r.summary())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["mps2-an386", "mps2-an385"])
+def test_exported_operators_match_in_qemu(board, tmp_path):
+    """The real DSP path (Cortex-M4: SXTB16, SMLAD, SMMULR) and the plain path (Cortex-M3), in QEMU."""
+    from tvm_memsched import micro
+
+    for name, buf in single_op_models().items():
+        exp = export_fast(buf, board, tmp_path / name)
+        r = micro.run_qemu(exp)
+        assert r.ok and r.max_abs_err == 0, (name, r.summary())
+
+
+@pytest.mark.slow
+def test_zoo_kws_model_in_qemu_is_bit_identical_to_tflite_micro_and_faster_than_tvm_kernels(tmp_path):
+    from tvm_memsched import micro, zoo
+    from tvm_memsched.micro.sidebyside import check_against_tflite
+    from tvm_memsched.relax.frontend import from_tflite_bytes
+
+    buf = zoo.tflite("ds_cnn", "int8")
+    mod = from_tflite_bytes(buf)
+    fast = micro.export(mod, "mps2-an386", str(tmp_path / "fast"), check_fit=False)
+    slow = micro.export(mod, "mps2-an386", str(tmp_path / "tvm"), check_fit=False, kernels="tvm")
+    x = micro.default_inputs(fast)
+    rf, rs = micro.run_qemu(fast, x), micro.run_qemu(slow, x)
+    assert rf.ok and rs.ok and all(np.array_equal(a, b) for a, b in zip(rf.outputs, rs.outputs))
+    assert check_against_tflite(buf, x, rf.outputs)["ok"]
+    assert rf.macs == fast.macs == zoo.get_net("ds_cnn").total_macs()
+    assert rf.instructions < rs.instructions
