@@ -311,10 +311,142 @@ static void im2col(const tms_conv_t* p, const int8_t* x, int32_t oy, int32_t ox,
 }
 
 /* ------------------------------------------------------------------ CONV_2D */
+#if TMS_ASM
+/* The fast requantisation of conv_two for all channel pairs of two pixels, hand-scheduled for
+ * ARMv7E-M: the 2 x 2 dot product keeps fourteen registers busy (four accumulators, four loaded
+ * words, three widened halves, two pointers, a counter), which GCC cannot allocate without spilling
+ * around every channel pair. Loop state lives in a small stack frame. Outputs are packed two per
+ * halfword (y0[c..c+1], y1[c..c+1]); an activation range narrower than int8 is applied to all four at
+ * once with SSUB8/SEL. Same arithmetic as rq_fast. */
+typedef struct {
+  const int8_t* col;     /*  0: the two interleaved columns */
+  const int8_t* w;       /*  4: packed weights of the first pair */
+  const tms_chan_t* ch;  /*  8: channel entries of the first pair */
+  int8_t* y0;            /* 12: first output of pixel 0 (pixel 1 at y0 + y1off) */
+  int32_t y1off;         /* 16 */
+  int32_t kiters;        /* 20: K4 / 4 >= 1 */
+  int32_t pairs;         /* 24: channel pairs >= 1 */
+  int32_t z21;           /* 28: 2 zp + 1 */
+  int32_t lo4, hi4;      /* 32, 36: activation bounds in every byte */
+  int32_t clamp;         /* 40: apply them */
+} tms_job_t;
+
+__attribute__((naked, noinline)) static void conv_pairs_m4(const tms_job_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "sub sp, sp, #16\n\t"
+      "str r0, [sp, #0]\n\t"          /* job */
+      "ldr r1, [r0, #24]\n\t"
+      "str r1, [sp, #4]\n\t"          /* pairs left */
+      "ldr r1, [r0, #8]\n\t"
+      "str r1, [sp, #8]\n\t"          /* ch */
+      "ldr r1, [r0, #12]\n\t"
+      "str r1, [sp, #12]\n\t"         /* y0 */
+      "ldr r1, [r0, #4]\n\t"          /* w: advances through the pairs */
+      "1:\n\t"
+      "ldr r7, [sp, #8]\n\t"
+      "ldr r3, [r7, #0]\n\t"          /* acc p0c0 = bias c0 */
+      "ldr r4, [r7, #12]\n\t"         /* acc p0c1 = bias c1 */
+      "mov r5, r3\n\t"                /* acc p1c0 */
+      "mov r6, r4\n\t"                /* acc p1c1 */
+      "ldr r8, [sp, #0]\n\t"
+      "ldr r0, [r8, #0]\n\t"          /* col */
+      "ldr r2, [r8, #20]\n\t"         /* k iterations */
+      "2:\n\t"
+      "ldrd r7, r8, [r0], #8\n\t"     /* x0 x1 */
+      "ldrd r9, r10, [r1], #8\n\t"    /* wa wb */
+      "sxtb16 r11, r7\n\t"
+      "sxtb16 r12, r9\n\t"
+      "smlad r3, r11, r12, r3\n\t"
+      "sxtb16 lr, r8\n\t"
+      "smlad r5, lr, r12, r5\n\t"
+      "sxtb16 r12, r10\n\t"
+      "smlad r4, r11, r12, r4\n\t"
+      "smlad r6, lr, r12, r6\n\t"
+      "sxtb16 r7, r7, ror #8\n\t"
+      "sxtb16 r8, r8, ror #8\n\t"
+      "sxtb16 r9, r9, ror #8\n\t"
+      "sxtb16 r10, r10, ror #8\n\t"
+      "smlad r3, r7, r9, r3\n\t"
+      "smlad r5, r8, r9, r5\n\t"
+      "smlad r4, r7, r10, r4\n\t"
+      "smlad r6, r8, r10, r6\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 2b\n\t"
+      "ldr r0, [sp, #0]\n\t"
+      "ldr r2, [sp, #8]\n\t"          /* ch */
+      "ldr r12, [r0, #28]\n\t"        /* z21 */
+      "ldrd r7, r8, [r2, #4]\n\t"     /* channel 0: mult, shifts */
+      "lsl r3, r3, #1\n\t"
+      "smmulr r3, r3, r7\n\t"
+      "sub r3, r3, r3, lsr #31\n\t"
+      "asr r3, r3, r8\n\t"
+      "add r3, r3, r12\n\t"
+      "ssat r3, #8, r3, asr #1\n\t"
+      "lsl r5, r5, #1\n\t"
+      "smmulr r5, r5, r7\n\t"
+      "sub r5, r5, r5, lsr #31\n\t"
+      "asr r5, r5, r8\n\t"
+      "add r5, r5, r12\n\t"
+      "ssat r5, #8, r5, asr #1\n\t"
+      "ldrd r7, r8, [r2, #16]\n\t"    /* channel 1 */
+      "lsl r4, r4, #1\n\t"
+      "smmulr r4, r4, r7\n\t"
+      "sub r4, r4, r4, lsr #31\n\t"
+      "asr r4, r4, r8\n\t"
+      "add r4, r4, r12\n\t"
+      "ssat r4, #8, r4, asr #1\n\t"
+      "lsl r6, r6, #1\n\t"
+      "smmulr r6, r6, r7\n\t"
+      "sub r6, r6, r6, lsr #31\n\t"
+      "asr r6, r6, r8\n\t"
+      "add r6, r6, r12\n\t"
+      "ssat r6, #8, r6, asr #1\n\t"
+      "bfi r3, r4, #8, #8\n\t"        /* y0[c], y0[c+1] */
+      "bfi r5, r6, #8, #8\n\t"        /* y1[c], y1[c+1] */
+      "ldr r7, [r0, #40]\n\t"
+      "cbz r7, 3f\n\t"
+      "pkhbt r3, r3, r5, lsl #16\n\t" /* four bytes: clamp them at once */
+      "ldrd r7, r8, [r0, #32]\n\t"
+      "ssub8 r9, r3, r7\n\t"
+      "sel r3, r3, r7\n\t"
+      "ssub8 r9, r8, r3\n\t"
+      "sel r3, r3, r8\n\t"
+      "lsr r5, r3, #16\n\t"
+      "3:\n\t"
+      "ldr lr, [sp, #12]\n\t"         /* y0 */
+      "ldr r11, [r0, #16]\n\t"
+      "strh r3, [lr]\n\t"
+      "strh r5, [lr, r11]\n\t"
+      "add lr, lr, #2\n\t"
+      "str lr, [sp, #12]\n\t"
+      "add r2, r2, #24\n\t"
+      "str r2, [sp, #8]\n\t"
+      "ldr r2, [sp, #4]\n\t"
+      "subs r2, r2, #1\n\t"
+      "str r2, [sp, #4]\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #16\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#endif
+
 /* All output channels of the two pixels in column slots 0 and 1; y0 / y1 their outputs. */
 TMS_INLINE void conv_two(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
                          int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o) {
   const tms_chan_t* end = ch + (oc & ~1);
+#if TMS_ASM
+  if (mode != TMS_EXACT && oc >= 2) {
+    const tms_job_t job = {col, w, ch, y0, (int32_t)(y1 - y0), K4 / 4, oc / 2, o->z21,
+                           (int32_t)((uint32_t)(uint8_t)o->lo * 0x01010101u),
+                           (int32_t)((uint32_t)(uint8_t)o->hi * 0x01010101u), mode == TMS_FAST_CLAMP};
+    conv_pairs_m4(&job);
+    w += (oc & ~1) * K4;
+    y0 += oc & ~1;
+    y1 += oc & ~1;
+    ch = end;
+  }
+#endif
   for (; ch < end; ch += 2, w += 2 * K4, y0 += 2, y1 += 2) {
     int32_t acc[4] = {ch[0].bias, ch[1].bias, ch[0].bias, ch[1].bias};
     dot_2x2(col, w, K4, acc);
@@ -375,10 +507,141 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
 }
 
 /* ------------------------------------------------------------------ FULLY_CONNECTED */
+#if TMS_ASM
+/* fc_row with the fast requantisation, four output channels at a time (two packed pairs), hand-
+ * scheduled for ARMv7E-M: every input word widened once feeds four channels; outputs packed into one
+ * word (clamped at once with SSUB8/SEL when the activation range is narrower than int8). */
+typedef struct {
+  const int8_t* x;       /*  0: the input row (K multiple of 4) */
+  const int8_t* w;       /*  4: packed weights of pair 0 */
+  const tms_chan_t* ch;  /*  8 */
+  int8_t* y;             /* 12 */
+  int32_t kiters;        /* 16: K / 4 >= 1 */
+  int32_t groups;        /* 20: output channels / 4 >= 1 */
+  int32_t z21;           /* 24 */
+  int32_t lo4, hi4;      /* 28, 32 */
+  int32_t clamp;         /* 36 */
+  int32_t pair_bytes;    /* 40: 2 * K */
+} tms_fcjob_t;
+
+__attribute__((naked, noinline)) static void fc_groups_m4(const tms_fcjob_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "sub sp, sp, #16\n\t"
+      "str r0, [sp, #0]\n\t"
+      "ldr r1, [r0, #20]\n\t"
+      "str r1, [sp, #4]\n\t"          /* groups left */
+      "ldr r1, [r0, #8]\n\t"
+      "str r1, [sp, #8]\n\t"          /* ch */
+      "ldr r1, [r0, #12]\n\t"
+      "str r1, [sp, #12]\n\t"         /* y */
+      "ldr r1, [r0, #4]\n\t"          /* weights of the group's first pair */
+      "1:\n\t"
+      "ldr r12, [sp, #0]\n\t"
+      "ldr r7, [r12, #40]\n\t"
+      "add r2, r1, r7\n\t"            /* second pair */
+      "ldr r7, [sp, #8]\n\t"
+      "ldr r3, [r7, #0]\n\t"
+      "ldr r4, [r7, #12]\n\t"
+      "ldr r5, [r7, #24]\n\t"
+      "ldr r6, [r7, #36]\n\t"
+      "ldr r0, [r12, #0]\n\t"         /* x */
+      "ldr lr, [r12, #16]\n\t"        /* k iterations */
+      "2:\n\t"
+      "ldr r7, [r0], #4\n\t"
+      "ldrd r8, r9, [r1], #8\n\t"
+      "sxtb16 r10, r7\n\t"
+      "sxtb16 r7, r7, ror #8\n\t"
+      "sxtb16 r11, r8\n\t"
+      "sxtb16 r8, r8, ror #8\n\t"
+      "smlad r3, r10, r11, r3\n\t"
+      "smlad r3, r7, r8, r3\n\t"
+      "sxtb16 r11, r9\n\t"
+      "sxtb16 r9, r9, ror #8\n\t"
+      "smlad r4, r10, r11, r4\n\t"
+      "smlad r4, r7, r9, r4\n\t"
+      "ldrd r8, r9, [r2], #8\n\t"
+      "sxtb16 r11, r8\n\t"
+      "sxtb16 r8, r8, ror #8\n\t"
+      "smlad r5, r10, r11, r5\n\t"
+      "smlad r5, r7, r8, r5\n\t"
+      "sxtb16 r11, r9\n\t"
+      "sxtb16 r9, r9, ror #8\n\t"
+      "smlad r6, r10, r11, r6\n\t"
+      "smlad r6, r7, r9, r6\n\t"
+      "subs lr, lr, #1\n\t"
+      "bne 2b\n\t"
+      "mov r1, r2\n\t"                /* the next group starts after the second pair */
+      "ldr r0, [sp, #8]\n\t"          /* ch */
+      "ldr lr, [sp, #0]\n\t"
+      "ldr r12, [lr, #24]\n\t"        /* z21 */
+      "ldrd r7, r8, [r0, #4]\n\t"
+      "lsl r3, r3, #1\n\t"
+      "smmulr r3, r3, r7\n\t"
+      "sub r3, r3, r3, lsr #31\n\t"
+      "asr r3, r3, r8\n\t"
+      "add r3, r3, r12\n\t"
+      "ssat r3, #8, r3, asr #1\n\t"
+      "ldrd r7, r8, [r0, #16]\n\t"
+      "lsl r4, r4, #1\n\t"
+      "smmulr r4, r4, r7\n\t"
+      "sub r4, r4, r4, lsr #31\n\t"
+      "asr r4, r4, r8\n\t"
+      "add r4, r4, r12\n\t"
+      "ssat r4, #8, r4, asr #1\n\t"
+      "ldrd r7, r8, [r0, #28]\n\t"
+      "lsl r5, r5, #1\n\t"
+      "smmulr r5, r5, r7\n\t"
+      "sub r5, r5, r5, lsr #31\n\t"
+      "asr r5, r5, r8\n\t"
+      "add r5, r5, r12\n\t"
+      "ssat r5, #8, r5, asr #1\n\t"
+      "ldrd r7, r8, [r0, #40]\n\t"
+      "lsl r6, r6, #1\n\t"
+      "smmulr r6, r6, r7\n\t"
+      "sub r6, r6, r6, lsr #31\n\t"
+      "asr r6, r6, r8\n\t"
+      "add r6, r6, r12\n\t"
+      "ssat r6, #8, r6, asr #1\n\t"
+      "bfi r3, r4, #8, #8\n\t"
+      "bfi r3, r5, #16, #8\n\t"
+      "bfi r3, r6, #24, #8\n\t"
+      "ldr r7, [lr, #36]\n\t"
+      "cbz r7, 3f\n\t"
+      "ldrd r7, r8, [lr, #28]\n\t"
+      "ssub8 r9, r3, r7\n\t"
+      "sel r3, r3, r7\n\t"
+      "ssub8 r9, r8, r3\n\t"
+      "sel r3, r3, r8\n\t"
+      "3:\n\t"
+      "ldr r7, [sp, #12]\n\t"
+      "str r3, [r7], #4\n\t"
+      "str r7, [sp, #12]\n\t"
+      "add r0, r0, #48\n\t"
+      "str r0, [sp, #8]\n\t"
+      "ldr r7, [sp, #4]\n\t"
+      "subs r7, r7, #1\n\t"
+      "str r7, [sp, #4]\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #16\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#endif
+
 TMS_INLINE void fc_row(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
                        int32_t n, int8_t* y, const tms_out_t* o) {
   const int32_t K4 = (K + 3) & ~3;
-  for (int32_t c = 0; c < n; c += 2, w += 2 * K4) {
+  int32_t c = 0;
+#if TMS_ASM
+  if (mode != TMS_EXACT && (K & 3) == 0 && n >= 4) {
+    const tms_fcjob_t job = {x, w, ch, y, K / 4, n / 4, o->z21, (int32_t)((uint32_t)(uint8_t)o->lo * 0x01010101u),
+                             (int32_t)((uint32_t)(uint8_t)o->hi * 0x01010101u), mode == TMS_FAST_CLAMP, 2 * K};
+    fc_groups_m4(&job);
+    c = n & ~3;
+    w += c * K4;
+  }
+#endif
+  for (; c < n; c += 2, w += 2 * K4) {
     int n1 = c + 1 < n;
     int32_t acc[2] = {ch[c].bias, n1 ? ch[c + 1].bias : 0};
     dot_1x2(x, 4, w, K, acc);
@@ -471,6 +734,167 @@ TMS_INLINE void dw_block4(const int linear, const int8_t* x, const int32_t* toff
   acc[3] = a3;
 }
 
+#if TMS_ASM
+/* dw_pixel's interior path with the fast requantisation, hand-scheduled for ARMv7E-M: every
+ * four-channel block of one output pixel, two taps per SMLAD (PKHBT/PKHTB pair the taps' words), the
+ * four outputs packed into one word (clamped at once with SSUB8/SEL when the activation range is
+ * narrower than int8). Same arithmetic as dw_block4 + rq_fast. */
+typedef struct {
+  const int8_t* xw;      /*  0: window origin of the first pixel, channel 0 */
+  const int32_t* toff;   /*  4: tap offsets */
+  const int8_t* w;       /*  8: packed weights of block 0 */
+  const tms_chan_t* ch;  /* 12: channel entries of block 0 */
+  int8_t* y;             /* 16: output of the first pixel, channel 0 */
+  int32_t pairs;         /* 20: taps / 2 */
+  int32_t odd;           /* 24: taps % 2 */
+  int32_t blocks;        /* 28: C / 4 >= 1 */
+  int32_t z21;           /* 32 */
+  int32_t lo4, hi4;      /* 36, 40 */
+  int32_t clamp;         /* 44 */
+  int32_t pixels;        /* 48: pixels of the row to compute >= 1 */
+  int32_t xstep;         /* 52: bytes from one pixel's window to the next (stride x C) */
+  int32_t ystep;         /* 56: C */
+} tms_dwjob_t;
+
+__attribute__((naked, noinline)) static void dw_row_m4(const tms_dwjob_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "sub sp, sp, #24\n\t"
+      "str r0, [sp, #0]\n\t"          /* job */
+      "ldr r1, [r0, #48]\n\t"
+      "str r1, [sp, #16]\n\t"         /* pixels left */
+      "ldr r1, [r0, #0]\n\t"
+      "str r1, [sp, #20]\n\t"         /* window origin of this pixel */
+      "ldr r1, [r0, #16]\n\t"
+      "str r1, [sp, #12]\n\t"         /* y of this pixel's block */
+      "6:\n\t"                        /* next pixel */
+      "ldr r8, [sp, #0]\n\t"
+      "ldr r1, [r8, #28]\n\t"
+      "str r1, [sp, #4]\n\t"          /* blocks left */
+      "ldr r1, [r8, #12]\n\t"
+      "str r1, [sp, #8]\n\t"          /* ch */
+      "ldr r2, [r8, #8]\n\t"          /* w: advances through the blocks */
+      "ldr r0, [sp, #20]\n\t"         /* xw of block 0 */
+      "1:\n\t"
+      "ldr r7, [sp, #8]\n\t"
+      "ldr r3, [r7, #0]\n\t"
+      "ldr r4, [r7, #12]\n\t"
+      "ldr r5, [r7, #24]\n\t"
+      "ldr r6, [r7, #36]\n\t"
+      "ldr r8, [sp, #0]\n\t"
+      "ldr r1, [r8, #4]\n\t"          /* toff */
+      "ldr lr, [r8, #20]\n\t"         /* pairs */
+      "cmp lr, #0\n\t"
+      "beq 4f\n\t"
+      "2:\n\t"
+      "ldrd r7, r8, [r1], #8\n\t"     /* offsets of taps t, t + 1 */
+      "ldr r7, [r0, r7]\n\t"
+      "ldr r8, [r0, r8]\n\t"
+      "ldrd r9, r10, [r2], #8\n\t"    /* weights: channels (0, 1), (2, 3) of both taps */
+      "pkhbt r11, r7, r8, lsl #16\n\t"
+      "pkhtb r12, r8, r7, asr #16\n\t"
+      "sxtb16 r7, r11\n\t"
+      "sxtb16 r8, r9\n\t"
+      "smlad r3, r7, r8, r3\n\t"
+      "sxtb16 r11, r11, ror #8\n\t"
+      "sxtb16 r9, r9, ror #8\n\t"
+      "smlad r4, r11, r9, r4\n\t"
+      "sxtb16 r7, r12\n\t"
+      "sxtb16 r8, r10\n\t"
+      "smlad r5, r7, r8, r5\n\t"
+      "sxtb16 r12, r12, ror #8\n\t"
+      "sxtb16 r10, r10, ror #8\n\t"
+      "smlad r6, r12, r10, r6\n\t"
+      "subs lr, lr, #1\n\t"
+      "bne 2b\n\t"
+      "4:\n\t"
+      "ldr r8, [sp, #0]\n\t"
+      "ldr r7, [r8, #24]\n\t"
+      "cbz r7, 5f\n\t"                /* an odd last tap: one word per side */
+      "ldr r7, [r1]\n\t"
+      "ldr r7, [r0, r7]\n\t"
+      "ldr r9, [r2], #4\n\t"
+      "sxtb16 r8, r7\n\t"
+      "sxtb16 r10, r9\n\t"
+      "smlabb r3, r8, r10, r3\n\t"
+      "smlatt r5, r8, r10, r5\n\t"
+      "sxtb16 r7, r7, ror #8\n\t"
+      "sxtb16 r9, r9, ror #8\n\t"
+      "smlabb r4, r7, r9, r4\n\t"
+      "smlatt r6, r7, r9, r6\n\t"
+      "5:\n\t"
+      "ldr r1, [sp, #8]\n\t"          /* ch */
+      "ldr lr, [sp, #0]\n\t"
+      "ldr r12, [lr, #32]\n\t"        /* z21 */
+      "ldrd r7, r8, [r1, #4]\n\t"
+      "lsl r3, r3, #1\n\t"
+      "smmulr r3, r3, r7\n\t"
+      "sub r3, r3, r3, lsr #31\n\t"
+      "asr r3, r3, r8\n\t"
+      "add r3, r3, r12\n\t"
+      "ssat r3, #8, r3, asr #1\n\t"
+      "ldrd r7, r8, [r1, #16]\n\t"
+      "lsl r4, r4, #1\n\t"
+      "smmulr r4, r4, r7\n\t"
+      "sub r4, r4, r4, lsr #31\n\t"
+      "asr r4, r4, r8\n\t"
+      "add r4, r4, r12\n\t"
+      "ssat r4, #8, r4, asr #1\n\t"
+      "ldrd r7, r8, [r1, #28]\n\t"
+      "lsl r5, r5, #1\n\t"
+      "smmulr r5, r5, r7\n\t"
+      "sub r5, r5, r5, lsr #31\n\t"
+      "asr r5, r5, r8\n\t"
+      "add r5, r5, r12\n\t"
+      "ssat r5, #8, r5, asr #1\n\t"
+      "ldrd r7, r8, [r1, #40]\n\t"
+      "lsl r6, r6, #1\n\t"
+      "smmulr r6, r6, r7\n\t"
+      "sub r6, r6, r6, lsr #31\n\t"
+      "asr r6, r6, r8\n\t"
+      "add r6, r6, r12\n\t"
+      "ssat r6, #8, r6, asr #1\n\t"
+      "bfi r3, r4, #8, #8\n\t"
+      "bfi r3, r5, #16, #8\n\t"
+      "bfi r3, r6, #24, #8\n\t"
+      "ldr r7, [lr, #44]\n\t"
+      "cbz r7, 3f\n\t"
+      "ldrd r7, r8, [lr, #36]\n\t"
+      "ssub8 r9, r3, r7\n\t"
+      "sel r3, r3, r7\n\t"
+      "ssub8 r9, r8, r3\n\t"
+      "sel r3, r3, r8\n\t"
+      "3:\n\t"
+      "ldr r7, [sp, #12]\n\t"
+      "str r3, [r7], #4\n\t"
+      "str r7, [sp, #12]\n\t"
+      "add r1, r1, #48\n\t"
+      "str r1, [sp, #8]\n\t"
+      "add r0, r0, #4\n\t"
+      "ldr r7, [sp, #4]\n\t"
+      "subs r7, r7, #1\n\t"
+      "str r7, [sp, #4]\n\t"
+      "bne 1b\n\t"
+      "ldr lr, [sp, #0]\n\t"          /* next pixel: window and output */
+      "ldr r7, [sp, #20]\n\t"
+      "ldr r8, [lr, #52]\n\t"
+      "add r7, r7, r8\n\t"
+      "str r7, [sp, #20]\n\t"
+      "ldr r7, [sp, #12]\n\t"
+      "ldr r8, [lr, #56]\n\t"
+      "ldr r9, [lr, #28]\n\t"
+      "sub r7, r7, r9, lsl #2\n\t"    /* back to channel 0 of this pixel */
+      "add r7, r7, r8\n\t"
+      "str r7, [sp, #12]\n\t"
+      "ldr r7, [sp, #16]\n\t"
+      "subs r7, r7, #1\n\t"
+      "str r7, [sp, #16]\n\t"
+      "bne 6b\n\t"
+      "add sp, sp, #24\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#endif
+
 /* Weight of tap t, channel j (< 4) in a packed block (the tail channels' scalar path). */
 static int32_t dw_weight(const int8_t* wb, int32_t taps, int32_t t, int32_t j) {
   if (t == taps - 1 && (taps & 1)) return wb[4 * t + j];
@@ -511,7 +935,8 @@ TMS_INLINE void dw_pixel(const int mode, const tms_conv_t* p, const int8_t* xw, 
 #define TMS_DW_PIXEL(mode, ...) dw_pixel(mode, __VA_ARGS__)
 
 void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
-  const int32_t C = p->in_c;
+  const int32_t C = p->in_c, taps = p->kh * p->kw;
+  (void)taps;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
   const int mode = out_mode(tab, p->act_min, p->act_max);
   const int32_t span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
@@ -525,8 +950,29 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
     for (int32_t oy = 0; oy < p->out_h; ++oy) {
       int32_t iy0 = oy * p->sh - p->pad_t;
       int rows_in = iy0 >= 0 && iy0 + span_h < p->in_h;
+      int32_t in_lo = p->out_w, in_hi = p->out_w;    /* pixels [in_lo, in_hi) run as one row in assembly */
+#if TMS_ASM
+      if (rows_in && mode != TMS_EXACT && (C & 3) == 0 && C > 0) {
+        in_lo = (p->pad_l + p->sw - 1) / p->sw;
+        in_hi = p->in_w - 1 - span_w + p->pad_l >= 0 ? (p->in_w - 1 - span_w + p->pad_l) / p->sw + 1 : 0;
+        in_hi = in_hi > p->out_w ? p->out_w : in_hi;
+        if (in_lo >= in_hi) in_lo = in_hi = p->out_w;
+      }
+#endif
       for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
         int32_t ix0 = ox * p->sw - p->pad_l;
+#if TMS_ASM
+        if (ox == in_lo) {
+          const tms_dwjob_t job = {xb + ((intptr_t)iy0 * p->in_w + ix0) * C, toff, w, tab + 1, y, taps / 2, taps & 1,
+                                   C / 4, o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
+                                   (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP,
+                                   in_hi - in_lo, p->sw * C, C};
+          dw_row_m4(&job);
+          y += (in_hi - in_lo - 1) * C;
+          ox = in_hi - 1;
+          continue;
+        }
+#endif
         const uint8_t* vp = NULL;
         if (!(rows_in && ix0 >= 0 && ix0 + span_w < p->in_w)) {
           for (int32_t ky = 0, t = 0; ky < p->kh; ++ky)
