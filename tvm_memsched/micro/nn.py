@@ -69,10 +69,15 @@ class NnKernel:
 
     @property
     def constant_args(self) -> tuple:
-        """Argument positions that must be constants (weights, channel table)."""
+        """Argument positions that must be constants (weights, channel table; a table operator's table)."""
         if self.op in ("conv2d", "depthwise_conv2d", "dense"):
             return (1, 2) if self._has_table else (1,)
-        return ()
+        return (1,) if self.op == "lut" else ()
+
+    @property
+    def repacked(self) -> bool:
+        """Whether :func:`repack` rewrites this kernel's constant arguments (weights and channel table)."""
+        return self.op in ("conv2d", "depthwise_conv2d", "dense")
 
     @property
     def _has_table(self) -> bool:
@@ -85,6 +90,10 @@ def _supported(desc: dict) -> str | None:
     op = desc.get("op")
     if op in ("max_pool2d", "avg_pool2d"):
         return op if len(desc["x"]) == 4 else None
+    if op == "lut":
+        return op if list(desc["dtypes"]) == ["int8", "int8"] else None
+    if op == "add":                      # same shapes only (broadcasting stays TVM's)
+        return op if list(desc["a"]) == list(desc["b"]) == list(desc["y"]) else None
     if list(desc.get("dtypes", [])) != ["int8", "int8", "int8"]:
         return None
     if op == "conv2d":
@@ -266,10 +275,42 @@ def _arg(i: int, ctype: str) -> str:
     return f"({ctype})(((DLTensor*)((TVMFFIAny*)args)[{i}].v_ptr)->data)"
 
 
+def _shift_info(shift: int) -> int:
+    """A TFLite shift as the library stores it: right - 1 | left << 8 | right << 16."""
+    left, right = max(shift, 0), max(-shift, 0)
+    return (max(right - 1, 0) & 0xff) | (left << 8) | (right << 16)
+
+
+def _add_params(desc: dict) -> dict:
+    """ADD / SUB parameters, with the fast flag where every rescaling is proven exact in the fast form."""
+    from ..relax.int8.fixedpoint import mbqm_array
+
+    rq, ls = desc["requant"], int(desc["left_shift"])
+    stages = [(desc["a_offset"], desc["a_mult"], desc["a_shift"]), (desc["b_offset"], desc["b_mult"], desc["b_shift"])]
+    # input stages: no left shift (a right shift of 0 is SRDHM alone); output: right shift >= 1
+    fast = 0 <= ls <= 21 and all(sh <= 0 and m >= 0 for _, m, sh in stages) and rq["shift"] <= -1 and \
+        rq["multiplier"] >= 0
+    if fast:   # |raw| bound: each input stage at its extreme (monotonic in the input)
+        raw = 0
+        for off, m, sh in stages:
+            ext = np.array([(-128 + off) << ls, (127 + off) << ls], np.int64)
+            raw += int(np.abs(mbqm_array(ext, m, sh)).max())
+        fast = raw < _ACC_LIMIT
+    return {"n": math.prod(desc["y"]), "a_off": desc["a_offset"], "b_off": desc["b_offset"], "left_shift": ls,
+            "a_mult": desc["a_mult"], "a_shift": _shift_info(desc["a_shift"]), "b_mult": desc["b_mult"],
+            "b_shift": _shift_info(desc["b_shift"]), "out_mult": rq["multiplier"],
+            "out_shift": _shift_info(rq["shift"]), "out_zp": rq["offset"], "act_min": rq["lo"],
+            "act_max": rq["hi"], "flags": (_FAST_FLAG if fast else 0) | (2 if desc["negate_b"] else 0)}
+
+
 def params_fit(kernel: NnKernel) -> bool:
     """True if the kernel's shapes fit the library's parameter block (16-bit sizes, 8-bit windows)."""
     d = kernel.desc
     op = kernel.op
+    if op == "lut":
+        return math.prod(d["y"]) < 1 << 32
+    if op == "add":
+        return math.prod(d["y"]) < 1 << 32
     params = _fc_params(d) if op == "dense" else _pool_params(d) if op.endswith("pool2d") else _conv_params(d)
     return _fits(params)
 
@@ -297,6 +338,14 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         head.append(_struct("tms_fc_t", var, _fc_params(d)))
         body.append(f"  tms_fc_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
                     f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')});")
+    elif op == "add":
+        head.append(_struct("tms_add_t", var, _add_params(d)))
+        body.append(f"  tms_add_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+                    f"{_arg(2, 'int8_t*')});")
+    elif op == "lut":
+        head = head[:1]
+        body.append(f"  tms_lut_s8({math.prod(d['y'])}u, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+                    f"{_arg(2, 'int8_t*')});")
     else:
         head.append(_struct("tms_pool_t", var, _pool_params(d)))
         fn = "tms_maxpool_s8" if op == "max_pool2d" else "tms_avgpool_s8"
@@ -329,7 +378,7 @@ def repack(prog, kernels: dict) -> None:
 
     for call in prog.calls:
         k = kernels.get(call.kernel)
-        if k is None or k.op.endswith("pool2d"):
+        if k is None or not k.repacked:
             continue
         x, w = call.args[0], call.args[1]
         table = param(call.args[2]) if k._has_table else None

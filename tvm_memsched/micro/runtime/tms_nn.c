@@ -950,8 +950,8 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
     for (int32_t oy = 0; oy < p->out_h; ++oy) {
       int32_t iy0 = oy * p->sh - p->pad_t;
       int rows_in = iy0 >= 0 && iy0 + span_h < p->in_h;
-      int32_t in_lo = p->out_w, in_hi = p->out_w;    /* pixels [in_lo, in_hi) run as one row in assembly */
 #if TMS_ASM
+      int32_t in_lo = p->out_w, in_hi = p->out_w;    /* pixels [in_lo, in_hi) run as one row in assembly */
       if (rows_in && mode != TMS_EXACT && (C & 3) == 0 && C > 0) {
         in_lo = (p->pad_l + p->sw - 1) / p->sw;
         in_hi = p->in_w - 1 - span_w + p->pad_l >= 0 ? (p->in_w - 1 - span_w + p->pad_l) / p->sw + 1 : 0;
@@ -990,9 +990,139 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
   }
 }
 
+/* ------------------------------------------------------------------ ADD, tables */
+/* rounding division of an input stage: (x * 2^left) rescaled by mult / 2^right, no zero point, no
+ * saturation (fast form valid for |x * 2^left| < 2^30 and right >= 1, as proven at compile time). */
+TMS_INLINE int32_t rescale_fast(int32_t xl, int32_t mult, int32_t info) {
+#if TMS_ASM
+  int32_t t;
+  __asm__("lsl %0, %1, #1\n\t"
+          "smmulr %0, %0, %2\n\t"
+          "sub %0, %0, %0, lsr #31\n\t"
+          "asr %0, %0, %3\n\t"
+          "add %0, %0, #1\n\t"
+          "asr %0, %0, #1"
+          : "=&r"(t)
+          : "r"(xl), "r"(mult), "r"(info));
+  return t;
+#else
+  int32_t x = (int32_t)(((int64_t)xl * 2 * mult + ((int64_t)1 << 31)) >> 32);
+  x -= (int32_t)((uint32_t)x >> 31);
+  return ((x >> (info & 0xff)) + 1) >> 1;
+#endif
+}
+
+/* SRDHM(xl, mult) alone (an input stage whose right shift is 0), for |xl| < 2^30 */
+TMS_INLINE int32_t srdhm_fast(int32_t xl, int32_t mult) {
+#if TMS_ASM
+  int32_t t;
+  __asm__("lsl %0, %1, #1\n\t"
+          "smmulr %0, %0, %2"
+          : "=&r"(t)
+          : "r"(xl), "r"(mult));
+  return t;
+#else
+  return (int32_t)(((int64_t)xl * 2 * mult + ((int64_t)1 << 31)) >> 32);
+#endif
+}
+
+TMS_INLINE void add_fast(const int a_whole, const int b_whole, const tms_add_t* p, const int8_t* a,
+                         const int8_t* b, int8_t* y) {
+  const int32_t ao = p->a_off, bo = p->b_off, ls = p->left_shift;
+  const int32_t lo = p->act_min, hi = p->act_max, am = p->a_mult, ai = p->a_shift, bm = p->b_mult,
+                bi = p->b_shift, om = p->out_mult, oi = p->out_shift, z21 = 2 * p->out_zp + 1;
+  const int8_t* end = a + p->n;
+  while (a < end) {
+    int32_t xa = (*a++ + ao) << ls, xb = (*b++ + bo) << ls;
+    int32_t sa = a_whole ? srdhm_fast(xa, am) : rescale_fast(xa, am, ai);
+    int32_t sb = b_whole ? srdhm_fast(xb, bm) : rescale_fast(xb, bm, bi);
+    int32_t v = rq_fast(sa + sb, om, oi, z21);
+    *y++ = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+  }
+}
+
+void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) {
+  if ((p->flags & (TMS_RQ_FAST | TMS_ADD_SUB)) == TMS_RQ_FAST) { /* an input stage with right shift 0: SRDHM alone */
+    int aw = TMS_RIGHT(p->a_shift) == 0, bw = TMS_RIGHT(p->b_shift) == 0;
+    if (aw && bw)
+      add_fast(1, 1, p, a, b, y);
+    else if (aw)
+      add_fast(1, 0, p, a, b, y);
+    else if (bw)
+      add_fast(0, 1, p, a, b, y);
+    else
+      add_fast(0, 0, p, a, b, y);
+    return;
+  }
+  const int32_t ao = p->a_off, bo = p->b_off, ls = p->left_shift, sub = p->flags & TMS_ADD_SUB;
+  const int32_t lo = p->act_min, hi = p->act_max, zp = p->out_zp;
+  for (uint32_t i = 0; i < p->n; ++i) {
+    int32_t sa = rq_exact((a[i] + ao) * (1 << ls), p->a_mult, p->a_shift);
+    int32_t sb = rq_exact((b[i] + bo) * (1 << ls), p->b_mult, p->b_shift);
+    int32_t v = rq_exact((int32_t)((uint32_t)sa + (uint32_t)(sub ? -sb : sb)), p->out_mult, p->out_shift) + zp;
+    y[i] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+  }
+}
+
+void tms_lut_s8(uint32_t n, const int8_t* x, const int8_t* table, int8_t* y) {
+  const int8_t* t = table + 128;
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) { /* four reads before four writes (same index: in place is safe) */
+    int32_t v0 = t[x[i]], v1 = t[x[i + 1]], v2 = t[x[i + 2]], v3 = t[x[i + 3]];
+    y[i] = (int8_t)v0;
+    y[i + 1] = (int8_t)v1;
+    y[i + 2] = (int8_t)v2;
+    y[i + 3] = (int8_t)v3;
+  }
+  for (; i < n; ++i) y[i] = t[x[i]];
+}
+
 /* ------------------------------------------------------------------ pooling */
+#if TMS_DSP
+/* per-byte signed max(a, b) / min(a, b) of four int8 lanes */
+TMS_INLINE int32_t max8x4(int32_t a, int32_t b) {
+#if TMS_ASM
+  int32_t r, t;
+  __asm__("ssub8 %1, %2, %3\n\t"
+          "sel %0, %2, %3"
+          : "=r"(r), "=&r"(t)
+          : "r"(a), "r"(b));
+  return r;
+#else
+  int32_t r = 0;
+  for (int k = 0; k < 32; k += 8) {
+    int32_t x = (int8_t)((uint32_t)a >> k), z = (int8_t)((uint32_t)b >> k);
+    r |= (int32_t)((uint32_t)(uint8_t)(x > z ? x : z) << k);
+  }
+  return r;
+#endif
+}
+TMS_INLINE int32_t min8x4(int32_t a, int32_t b) {
+#if TMS_ASM
+  int32_t r, t;
+  __asm__("ssub8 %1, %3, %2\n\t"
+          "sel %0, %2, %3"
+          : "=r"(r), "=&r"(t)
+          : "r"(a), "r"(b));
+  return r;
+#else
+  int32_t r = 0;
+  for (int k = 0; k < 32; k += 8) {
+    int32_t x = (int8_t)((uint32_t)a >> k), z = (int8_t)((uint32_t)b >> k);
+    r |= (int32_t)((uint32_t)(uint8_t)(x < z ? x : z) << k);
+  }
+  return r;
+#endif
+}
+#endif
+
 void tms_maxpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y) {
   const int32_t C = p->c;
+#if TMS_DSP
+  const int32_t c4 = C & ~3;
+  const int32_t lo4 = (int32_t)((uint32_t)(uint8_t)p->act_min * 0x01010101u);
+  const int32_t hi4 = (int32_t)((uint32_t)(uint8_t)p->act_max * 0x01010101u);
+#endif
   for (int32_t b = 0; b < p->batch; ++b) {
     const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * C;
     for (int32_t oy = 0; oy < p->out_h; ++oy) {
@@ -1001,7 +1131,19 @@ void tms_maxpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y) {
       for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
         int32_t ix0 = ox * p->sw - p->pad_l;
         int32_t x0 = ix0 < 0 ? 0 : ix0, x1 = ix0 + p->kw > p->in_w ? p->in_w : ix0 + p->kw;
-        for (int32_t c = 0; c < C; ++c) {
+        int32_t c = 0;
+#if TMS_DSP
+        for (; c < c4; c += 4) { /* four channels per SSUB8/SEL; reads of the block precede its write */
+          int32_t m = (int32_t)0x80808080u;
+          for (int32_t iy = y0; iy < y1; ++iy) {
+            const int8_t* row = xb + ((int32_t)iy * p->in_w) * C + c;
+            for (int32_t ix = x0; ix < x1; ++ix) m = max8x4(rd32(row + ix * C), m);
+          }
+          m = min8x4(max8x4(m, lo4), hi4);
+          memcpy(y + c, &m, 4);
+        }
+#endif
+        for (; c < C; ++c) {
           int32_t m = -128;
           for (int32_t iy = y0; iy < y1; ++iy)
             for (int32_t ix = x0; ix < x1; ++ix) {

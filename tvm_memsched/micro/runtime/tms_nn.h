@@ -63,6 +63,17 @@ typedef struct {
   int8_t act_min, act_max;
 } tms_pool_t;
 
+typedef struct {
+  uint32_t n;              /* elements (a and b have the output's shape) */
+  int32_t a_off, b_off;    /* minus the inputs' zero points */
+  int32_t left_shift;      /* TFLite's 20 */
+  int32_t a_mult, a_shift, b_mult, b_shift, out_mult, out_shift; /* shifts as in tms_chan_t */
+  int8_t out_zp, act_min, act_max;
+  uint8_t flags;           /* TMS_RQ_FAST: all three rescalings proven exact in the fast form; TMS_ADD_SUB */
+} tms_add_t;
+
+#define TMS_ADD_SUB 2
+
 /* most taps (kh * kw) tms_dwconv_s8 takes */
 #define TMS_DW_MAX_TAPS 64
 
@@ -76,6 +87,11 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
 void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
 /* FULLY_CONNECTED: rows x in_n -> rows x out_n, packed weights (weight zero point 0). */
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
+/* ADD / SUB of two int8 tensors of the same shape (TFLite's AddFunc: both inputs rescaled after a left
+ * shift, summed, rescaled to the output). */
+void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y);
+/* y[i] = table[x[i] + 128]: any int8 -> int8 element-wise operator TFLite computes through a table. */
+void tms_lut_s8(uint32_t n, const int8_t* x, const int8_t* table, int8_t* y);
 /* MAX_POOL_2D over the valid part of each window, clamped to the activation range. */
 void tms_maxpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y);
 /* AVERAGE_POOL_2D: sum of the valid part of the window / its size, rounded half away from zero. */

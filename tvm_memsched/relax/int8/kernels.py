@@ -262,7 +262,8 @@ def lut(shape, dtype: str = "int8", out_dtype: str | None = None, name: str = "l
     table = te.placeholder((256,), out_dtype, "table")
     base = 128 if dtype == "int8" else 0
     y = te.compute(shape, lambda *i: table[cast_i32(x[i]) + _i8(base)], name="y")
-    return finish([x, table, y], name)
+    desc = {"op": "lut", "x": list(shape), "y": list(shape), "dtypes": [dtype, out_dtype]}
+    return finish([x, table, y], name, describe=desc)
 
 
 def _broadcast_index(shape, out_shape, idx):
@@ -285,7 +286,10 @@ def binary_add(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, lef
                              * _i8(1 << left_shift)), b_mult, b_shift)
     raw = chain(lambda *i: sa[i] - sb[i] if negate_b else sa[i] + sb[i])
     y = out.output(chain, raw)
-    return finish([a, b, y], name, reduce_into="y")
+    desc = {"op": "add", "a": list(a_shape), "b": list(b_shape), "y": list(out_shape), "a_offset": a_offset,
+            "b_offset": b_offset, "left_shift": left_shift, "a_mult": a_mult, "a_shift": a_shift, "b_mult": b_mult,
+            "b_shift": b_shift, "requant": _requant_desc(out), "negate_b": negate_b}
+    return finish([a, b, y], name, reduce_into="y", describe=desc)
 
 
 def binary_mul(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, out: Requant,
