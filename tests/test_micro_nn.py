@@ -174,7 +174,8 @@ def run_conv(lib, desc, x, w, bias, mult, shift, *, y_in_x=None):
         shared[y_in_x:y_in_x + x.size] = x.reshape(-1)
         xa, y = shared[y_in_x:], shared[:]
     if dw:
-        lib.tms_dwconv_s8(ctypes.byref(p), ptr(xa), ptr(wp), ptr(table), ptr(y))
+        scratch = np.zeros(9 * w.shape[1] * w.shape[2] // 4 + 1, np.int32)
+        lib.tms_dwconv_s8(ctypes.byref(p), ptr(xa), ptr(wp), ptr(table), ptr(y), ptr(scratch))
     else:
         colbuf = np.zeros(col_bytes + 8, np.int8)
         coff = (-colbuf.ctypes.data) % 8

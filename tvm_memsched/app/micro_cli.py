@@ -86,9 +86,11 @@ def add_parser(subparsers):
                         "the outputs against TVM on the original model")
     s.add_argument("--greedy-arena", action="store_true",
                    help="keep the greedy tensor placement (default: CP-SAT when greedy misses the live-peak bound)")
-    s.add_argument("--kernels", choices=["fast", "tvm"], default="fast",
-                   help="fast (default): integer convolutions, fully connected layers and pools by tvm_memsched's "
-                        "microkernel library (SMLAD on DSP cores), bit-identical; tvm: TVM's C for every kernel")
+    s.add_argument("--kernels", choices=["auto", "fast", "tvm"], default="auto",
+                   help="fast: integer convolutions, fully connected layers, pools, ADD and table operators by "
+                        "tvm_memsched's microkernel library (SMLAD on DSP cores), bit-identical, faster, a little "
+                        "more RAM (column buffers, stack); tvm: TVM's C for every kernel (least RAM); auto "
+                        "(default): fast unless its RAM total exceeds tvm's by more than 5%% (and 256 B); both are reported")
     s.add_argument("--run", action="store_true", help="build and run on QEMU (or the host with --host), "
                                                       "compare the outputs with TVM's")
     s.add_argument("--profile", action="store_true",

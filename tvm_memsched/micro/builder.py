@@ -37,7 +37,7 @@ from ..core.errors import BudgetError, MemschedError, UnsupportedError
 from ..core.files import atomic_write
 from .boards import Board, get_board
 
-__all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report"]
+__all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report", "RAM_BUDGET", "RAM_BUDGET_FLOOR"]
 
 _RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
 _HEADERS = [("tvm", "tvm/runtime/base.h"), ("tvm", "tvm/runtime/c_backend_api.h"),
@@ -111,6 +111,7 @@ class MicroExport:
     inplace_ops: int = 0                      # kernel outputs placed over an input dying at the call
     arena_no_inplace_bytes: int | None = None  # our plan of the same program without in-place execution
     kernel_mode: str = "tvm"                  # "fast": the microkernel library where it applies; "tvm": TVM's C
+    kernel_choice: dict = field(default_factory=dict)     # kernels="auto": both builds' sizes and the choice
     library_kernels: dict = field(default_factory=dict)   # kernel name -> operator, computed by the library
     macs: int = 0                             # multiply-accumulates of one inference (convolutions, matmuls)
     call_macs: list = field(default_factory=list)         # per kernel call, where known (library kernels)
@@ -194,17 +195,22 @@ class MicroExport:
         return "\n".join(lines)
 
     def kernels_line(self) -> str:
-        """Which kernels the microkernel library computes (``kernel_mode="fast"``)."""
+        """Which kernels the microkernel library computes, and (``kernels="auto"``) why this build."""
+        c = self.kernel_choice
+        why = ""
+        if c:
+            f, t = c["fast"], c["tvm"]
+            why = (f"; RAM total {f['ram_bytes']:,} B with the library vs {t['ram_bytes']:,} B with TVM's kernels "
+                   f"(+{f['ram_bytes'] - t['ram_bytes']:,} B, {f['ram_bytes'] / max(1, t['ram_bytes']):.3f}x; budget "
+                   f"{RAM_BUDGET:.0%} or {RAM_BUDGET_FLOOR} B): {c['reason']}")
         if self.kernel_mode != "fast":
-            return "kernel code   TVM's C code generator for every kernel (--kernels tvm)"
-        if not self.library_kernels:
-            return "kernel code   TVM's C code generator (no kernel the microkernel library computes)"
+            return "kernel code   TVM's C code generator for every kernel" + (why or " (--kernels tvm)")
         ops: dict = {}
         for op in self.library_kernels.values():
             ops[op] = ops.get(op, 0) + 1
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(ops.items()))
         return (f"kernel code   {len(self.library_kernels)} of {self.kernels} kernels by the microkernel library "
-                f"tms_nn ({kinds}), the rest by TVM's C code generator")
+                f"tms_nn ({kinds}), the rest by TVM's C code generator" + why)
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()
@@ -281,7 +287,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
            time_limit: float | None = None, alignment: int = 16, shrink_workspace: bool = True,
            shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
            compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
-           int8: bool = True, io_in_arena: bool = True, inplace: bool = True, kernels: str = "fast",
+           int8: bool = True, io_in_arena: bool = True, inplace: bool = True, kernels: str = "auto",
            **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
@@ -340,12 +346,16 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         Let a kernel output share arena memory with an input that dies at the call
         where the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`);
         those kernels are compiled without ``restrict`` buffers. False: never.
-    kernels : {"fast", "tvm"}
-        ``"fast"``: integer convolutions, fully connected layers and pools run on
-        tvm_memsched's microkernel library (:mod:`.nn`: register accumulators,
-        zero points folded into the bias, SMLAD on cores with the DSP extension),
-        bit-identical to the TIR kernels; ``"tvm"``: TVM's C code generator for
-        every kernel. TVM's plan (``planner="tvm"``) always uses TVM's C.
+    kernels : {"auto", "fast", "tvm"}
+        ``"fast"``: integer convolutions, fully connected layers, pools, ADD and
+        table operators run on tvm_memsched's microkernel library (:mod:`.nn`:
+        register accumulators, zero points folded into the bias, SMLAD on cores
+        with the DSP extension), bit-identical to the TIR kernels; its column
+        buffers are workspace planned in the arena. ``"tvm"``: TVM's C code
+        generator for every kernel (the smallest RAM). ``"auto"`` (default):
+        builds both and keeps the library's unless its RAM total exceeds the
+        other's by more than :data:`RAM_BUDGET` (5%) and more than
+        :data:`RAM_BUDGET_FLOOR` bytes; ``.kernel_choice`` holds both builds' sizes. TVM's plan (``planner="tvm"``) always uses TVM's C.
 
     Raises :class:`UnsupportedError` for models the C export cannot handle.
     """
@@ -364,8 +374,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from ..relax.names import c_safe_names
 
     board = get_board(board)
-    if kernels not in ("fast", "tvm"):
-        raise UnsupportedError(f"unknown kernel choice '{kernels}': use 'fast' or 'tvm'")
+    if kernels not in ("auto", "fast", "tvm"):
+        raise UnsupportedError(f"unknown kernel choice '{kernels}': use 'auto', 'fast' or 'tvm'")
     mod, _ = c_safe_names(mod)    # names from the model file never reach generated C as written
     states = model_states(mod)
     io = io_in_arena and not states          # a stateful model's inputs and outputs stay the caller's
@@ -420,27 +430,32 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         pre_ours = allow_aliasing(pre_ours, candidate_kernels(pre_ours))
     seconds["relax"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    kernel_mode, kernels = kernels, {}
-    library = {}
-    for key, pre in (("tvm_memsched", pre_ours), ("tvm", pre_tvm)):
-        if pre is not None:
-            prims = {gv.name_hint for gv, f in pre.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
-            called = _called_kernels(pre["main"], prims)
-            if key == "tvm_memsched" and kernel_mode == "fast":
-                from .nn import params_fit, select
+    kernel_mode = kernels
+    libraries = {"tvm": {}}
+    called_ours = []
+    if pre_ours is not None:
+        prims = {gv.name_hint for gv, f in pre_ours.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+        called_ours = _called_kernels(pre_ours["main"], prims)
+        if kernel_mode in ("fast", "auto"):
+            from .nn import params_fit, select
 
-                library = {n: k for n, k in select(pre, called).items() if params_fit(k)}
-            kernels[key] = compile_kernels(pre, called, target, prefix=name,
-                                           library=library if key == "tvm_memsched" else None)
+            found = {n: k for n, k in select(pre_ours, called_ours).items() if params_fit(k)}
+            if found:
+                libraries = {"fast": found} if kernel_mode == "fast" else {"fast": found, "tvm": {}}
+    kernels_tvm = None
+    if pre_tvm is not None:
+        prims = {gv.name_hint for gv, f in pre_tvm.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+        kernels_tvm = compile_kernels(pre_tvm, _called_kernels(pre_tvm["main"], prims), target, prefix=name)
     seconds["kernels"] = time.perf_counter() - t0
 
-    def ws(gv):
-        return kernels["tvm_memsched"].workspace.get(gv.name_hint, 0)
+    def build_ours(library):
+        """Our program with the kernels of ``library`` by the microkernel library: (program, kernel module,
+        planner report, live-peak bound, workspace function)."""
+        kmod = compile_kernels(pre_ours, called_ours, target, prefix=name, library=library)
 
-    t0 = time.perf_counter()
-    programs, plans, lower_bound = {}, {}, 0
-    rep = no_inplace = None
-    if pre_ours is not None:
+        def ws(gv):
+            return kmod.workspace.get(gv.name_hint, 0)
+
         planned, reports = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
                                        time_limit=10.0 if exact_arena else 2.0, io=io, inplace=inplace)
         rep = [r for r in reports if r.function == "main"][0]
@@ -448,13 +463,26 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
         ncalls = sum(1 for c in _iter_calls(planned["main"]))
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
-        prog = translate(planned["main"], kernels["tvm_memsched"], workspace=workspace, alignment=alignment,
-                         prefix=name, states=states, input_offsets=rep.inputs if io else None)
+        prog = translate(planned["main"], kmod, workspace=workspace, alignment=alignment, prefix=name,
+                         states=states, input_offsets=rep.inputs if io else None)
         if library:
             from .nn import repack
 
             repack(prog, library)
-        lower_bound = sum(rep.lower_bound_bytes.values())
+        return prog, kmod, rep, sum(rep.lower_bound_bytes.values()), ws
+
+    t0 = time.perf_counter()
+    programs, plans, lower_bound = {}, {}, 0
+    rep = no_inplace = None
+    choice = {}
+    if pre_ours is not None:
+        built = {mode: build_ours(lib) for mode, lib in libraries.items()}
+        mode = next(iter(built))                 # "fast" when the library computes anything, else "tvm"
+        if len(built) > 1:                       # "auto": both, measured, the faster one within 5% of RAM
+            choice = _choose_kernels(built, board, name, states, io, alignment, measure)
+            mode = choice["chosen"]
+        prog, kmod, rep, lower_bound, ws = built[mode]
+        library = libraries[mode]
         if inplace and rep.inplace:          # for the report: the gain of in-place execution alone
             _, plain = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
                                    time_limit=2.0, io=io, inplace=False)
@@ -464,18 +492,21 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         programs["tvm_memsched"] = prog
         plans["tvm_memsched"] = PlanSizes("tvm_memsched", prog.arena_bytes, prog.storage_bytes, prog.max_workspace,
                                           len(prog.calls))
+    else:
+        mode, library, kmod = "tvm", {}, None
     if pre_tvm is not None:
         with target:
             planned_tvm = _tvm_call(lambda: tvm_planner(pre_tvm), "StaticPlanBlockMemory")
-        prog = translate(planned_tvm["main"], kernels["tvm"], workspace=None, alignment=alignment, prefix=name,
+        prog = translate(planned_tvm["main"], kernels_tvm, workspace=None, alignment=alignment, prefix=name,
                          states=states)
         programs["tvm"] = prog
         plans["tvm"] = PlanSizes("tvm default", prog.arena_bytes, prog.storage_bytes, prog.workspace_bytes,
                                  len(prog.calls))
     seconds["plan"] = time.perf_counter() - t0
     prog = programs[planner]
-    prog.comment = _comment(board, planner, method, prog, lower_bound if planner == "tvm_memsched" else 0)
-    files = _write(out_dir, name, prog, kernels[planner], library=bool(library) and planner == "tvm_memsched")
+    ours_side = planner == "tvm_memsched"
+    prog.comment = _comment(board, planner, method, prog, lower_bound if ours_side else 0)
+    files = _write(out_dir, name, prog, kmod if ours_side else kernels_tvm, library=bool(library) and ours_side)
     io_bytes = 0 if prog.io_in_arena else sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
         sum(tensor_nbytes(s, d) for s, d in prog.outputs)
     exp = MicroExport(
@@ -488,26 +519,70 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         default=plans.get("tvm"), ours=plans.get("tvm_memsched"), seconds=seconds, mod=reference, program=prog,
         int8=int8_report.to_dict() if int8_report is not None and int8_report.total else None,
         shrunk_kernels=[r.to_dict() for r in shrink.report if r.steps] if (shrink and ours) else [],
-        shrunk_constants=[c.to_dict() for c in constant_sites] if planner == "tvm_memsched" else [],
-        tvm_kernels_workspace_bytes=max(kernels["tvm"].workspace.values(), default=0) if "tvm" in kernels else None,
+        shrunk_constants=[c.to_dict() for c in constant_sites] if ours_side else [],
+        tvm_kernels_workspace_bytes=max(kernels_tvm.workspace.values(), default=0) if kernels_tvm else None,
         state_bytes=prog.state_bytes, states=list(states),
-        inplace_ops=rep.inplace if rep is not None and planner == "tvm_memsched" else 0,
-        arena_no_inplace_bytes=no_inplace if planner == "tvm_memsched" else None,
-        kernel_mode=kernel_mode if planner == "tvm_memsched" else "tvm",
-        library_kernels={n: k.op for n, k in library.items()} if planner == "tvm_memsched" else {},
-        macs=model_macs(mod["main"]), call_macs=_call_macs(prog, library if planner == "tvm_memsched" else {}))
+        inplace_ops=rep.inplace if rep is not None and ours_side else 0,
+        arena_no_inplace_bytes=no_inplace if ours_side else None,
+        kernel_mode=("fast" if library else "tvm") if ours_side else "tvm",
+        kernel_choice=choice if ours_side else {},
+        library_kernels={n: k.op for n, k in library.items()} if ours_side else {},
+        macs=model_macs(mod["main"]), call_macs=_call_macs(prog, library if ours_side else {}))
     if measure:
         from .firmware import measure as _measure
 
         t0 = time.perf_counter()
-        m = _measure(exp)
+        m = choice.get("measured", {}).get(mode) if ours_side else None
+        if m is None:
+            m = _measure(exp)
         exp.flash_bytes, exp.static_ram_bytes, exp.stack_bytes = m.flash_bytes, m.static_ram_bytes, m.stack_bytes
         seconds["measure"] = time.perf_counter() - t0
+    choice.pop("measured", None)
     atomic_write(os.path.join(out_dir, f"{name}_report.json"), json.dumps(exp.to_dict(), indent=1, default=str) + "\n")
     files["report"] = os.path.join(exp.out_dir, f"{name}_report.json")
     if check_fit:
         exp.check_fit()
     return exp
+
+
+#: kernels="auto" takes the microkernel library unless its RAM total exceeds TVM's kernels' by more than this
+#: fraction, and by more than RAM_BUDGET_FLOOR bytes (a couple of stack frames: noise on the smallest models)
+RAM_BUDGET = 0.05
+RAM_BUDGET_FLOOR = 256
+
+
+def _choose_kernels(built: dict, board, name: str, states, io: bool, alignment: int, measure: bool) -> dict:
+    """``kernels="auto"``: the library's build unless its RAM total exceeds TVM's kernels' by more than
+    :data:`RAM_BUDGET` (measured by cross-compiling both, or from the arenas when ``measure`` is off)."""
+    import tempfile
+
+    sizes, measured = {}, {}
+    for mode, (prog, kmod, rep, bound, _) in built.items():
+        io_bytes = 0 if prog.io_in_arena else sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
+            sum(tensor_nbytes(s, d) for s, d in prog.outputs)
+        row = {"arena_bytes": prog.arena_bytes, "workspace_bytes": prog.max_workspace}
+        if measure:
+            from .firmware import measure as _measure
+
+            with tempfile.TemporaryDirectory(prefix="tvm-memsched-kernels-") as tmp:
+                files = _write(tmp, name, prog, kmod, library=mode == "fast")
+                probe = MicroExport(name=name, board=board, out_dir=tmp, planner="tvm_memsched", method="",
+                                    files=files, arena_bytes=prog.arena_bytes, storage_bytes=prog.storage_bytes,
+                                    workspace_bytes=prog.max_workspace, io_bytes=io_bytes, params_bytes=0,
+                                    kernel_calls=len(prog.calls), kernels=0, program=prog)
+                m = _measure(probe, os.path.join(tmp, "build"))
+            measured[mode] = m
+            row.update(ram_bytes=m.static_ram_bytes + m.stack_bytes + io_bytes, flash_bytes=m.flash_bytes,
+                       stack_bytes=m.stack_bytes)
+        else:
+            row.update(ram_bytes=prog.arena_bytes + prog.state_bytes + io_bytes, flash_bytes=None)
+        sizes[mode] = row
+    budget = max(RAM_BUDGET * sizes["tvm"]["ram_bytes"], RAM_BUDGET_FLOOR)
+    ok = sizes["fast"]["ram_bytes"] <= sizes["tvm"]["ram_bytes"] + budget
+    reason = "the library (faster, within the RAM budget)" if ok else \
+        "TVM's kernels (the library's build would exceed the RAM budget; --kernels fast forces it)"
+    return dict(sizes, chosen="fast" if ok else "tvm", reason=reason, measured=measured,
+                basis="measured RAM totals" if measure else "arenas (not cross-compiled)")
 
 
 def _call_macs(prog, library) -> list:

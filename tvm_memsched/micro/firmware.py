@@ -8,8 +8,9 @@
   flash (code, constants, libm/libgcc routines it pulls in) and static RAM (the
   arena and the runtime's statics). The stack estimate is ``<name>_run``'s
   frame + the deepest kernel frame + the deepest leaf (runtime shim or libm,
-  at least :data:`LEAF_STACK_ALLOWANCE`), from GCC's ``.su`` files; interrupts
-  are not included.
+  at least :data:`LEAF_STACK_ALLOWANCE`), from GCC's call graph with stack usage
+  (``-fcallgraph-info=su``: the deepest chain of direct calls below ``<name>_run``
+  and below each kernel); interrupts are not included.
 * :func:`linker_script` writes the MPS2 linker script with a board's flash and
   SRAM sizes.
 """
@@ -20,10 +21,10 @@ import os
 from dataclasses import dataclass
 
 from .boards import Board
-from .toolchain import compile_objects, find_tool, host_cc, link, section_sizes, stack_usage
+from .toolchain import call_graph, compile_objects, find_tool, host_cc, link, section_sizes, stack_usage
 
 __all__ = ["COMMON_CFLAGS", "LEAF_STACK_ALLOWANCE", "Objects", "Measurement", "compile_model", "measure",
-           "stack_estimate", "linker_script", "arm_link_flags", "runtime_file"]
+           "stack_estimate", "naked_frames", "linker_script", "arm_link_flags", "runtime_file"]
 
 COMMON_CFLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-ffunction-sections", "-fdata-sections"]
 #: stack bytes allowed for library routines the kernels call (expf, sqrtf, ...; newlib's need well under this)
@@ -41,11 +42,12 @@ def runtime_file(name: str) -> str:
 
 @dataclass
 class Objects:
-    """Compiled objects, GCC's stack usage per function and any compiler warnings."""
+    """Compiled objects, GCC's stack usage per function, its call graph and any compiler warnings."""
 
     objects: list
     usage: dict
     warnings: str
+    graph: tuple = ({}, {})
 
 
 def _model_sources(exp) -> list[str]:
@@ -61,33 +63,70 @@ def compile_model(exp, build_dir: str, board: Board | None = None, extra_sources
     sources = _model_sources(exp) + list(extra_sources)
     objs, warnings = compile_objects(cc, sources, build_dir, flags, stack_usage=board is not None)
     usage = stack_usage([o[:-2] + ".su" for o in objs]) if board is not None else {}
-    return Objects(objs, usage, warnings)
+    graph = call_graph([o[:-2] + ".ci" for o in objs]) if board is not None else ({}, {})
+    if board is not None and "tms_nn_c" in exp.files:     # hand-written frames GCC reports as 0
+        frames = dict(graph[0])
+        for name, n in naked_frames(exp.files["tms_nn_c"]).items():
+            for title in frames:
+                if title == name or title.endswith(":" + name):
+                    frames[title] = (n, "static")
+        graph = (frames, graph[1])
+    return Objects(objs, usage, warnings, graph)
 
 
-def stack_estimate(exp, usage: dict) -> int:
-    """Stack bytes ``<name>_run`` needs (see the module docstring)."""
-    run = usage.get(f"{exp.name}_run", (0, ""))[0]
+def naked_frames(path: str) -> dict:
+    """``{function: stack bytes}`` of the naked (hand-written assembly) functions of a C file: the registers
+    its ``push`` saves and its ``sub sp, sp, #N``."""
+    import re
+
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    out = {}
+    for m in re.finditer(r"__attribute__\(\(naked[^)]*\)\)\s*static\s+void\s+(\w+)\(", text):
+        body = text[m.end():text.find("\n}", m.end())]
+        regs = 0
+        push = re.search(r"push \{([^}]*)\}", body)
+        for part in (push.group(1).split(",") if push else []):
+            a, _, b = part.strip().partition("-")
+            regs += (int(b.strip()[1:]) - int(a[1:]) + 1) if b else 1
+        sub = re.search(r"sub sp, sp, #(\d+)", body)
+        out[m.group(1)] = 4 * regs + (int(sub.group(1)) if sub else 0)
+    return out
+
+
+def _depth(fn: str, frames: dict, edges: dict, memo: dict, leaf: int) -> int:
+    """Worst-case stack below and including ``fn`` along its direct calls (unknown callees: ``leaf``)."""
+    if fn in memo:
+        return memo[fn]
+    if fn == "__indirect_call":       # the kernel calls through the call table: counted on their own
+        return 0
+    if fn not in frames:
+        return leaf
+    memo[fn] = frames[fn][0] + leaf              # provisional: cuts a (never expected) recursion
+    memo[fn] = frames[fn][0] + max([_depth(c, frames, edges, memo, leaf) for c in edges.get(fn, ())] or [0])
+    return memo[fn]
+
+
+def stack_estimate(exp, usage: dict, graph=None) -> int:
+    """Stack bytes ``<name>_run`` needs (see the module docstring).
+
+    With GCC's call graph (``graph``, :func:`compile_model`): the deepest chain of direct calls below
+    ``<name>_run`` plus the deepest below any kernel it calls through the call table, each function's
+    frame as GCC reports it (hand-written ones from their ``push`` and ``sub sp``), callees outside the
+    model's files at :data:`LEAF_STACK_ALLOWANCE`. Without it: the largest frames, added.
+    """
     syms = {f"__tvm_ffi_{exp.program.kernels.symbols[c.kernel]}" for c in exp.program.calls}
+    frames, edges = graph if graph is not None else ({}, {})
+    if frames:
+        memo: dict = {}
+        run = _depth(f"{exp.name}_run", frames, edges, memo, LEAF_STACK_ALLOWANCE)
+        kernel = max([_depth(s, frames, edges, memo, LEAF_STACK_ALLOWANCE) for s in syms] or [0])
+        return run + kernel
+    run = usage.get(f"{exp.name}_run", (0, ""))[0]
     kernel = max([usage.get(s, (0, ""))[0] for s in syms] or [0])
-    if "tms_nn_c" in exp.files:     # a library kernel: its wrapper, the entry point and every helper below it
-        lib = {f: n for f, (n, _) in usage.items() if f.startswith("tms_")}
-        helpers = sum(n for f, (n, q) in usage.items() if "static" in q and f in _library_statics(exp))
-        kernel = max(kernel, max([usage.get(s, (0, ""))[0] for s in syms] or [0]) + max(lib.values(), default=0)
-                     + helpers)
     leaf = max([usage.get(f, (0, ""))[0] for f in ("TVMBackendAllocWorkspace", "TVMBackendFreeWorkspace",
                                                   "tvm_memsched_set_error")] + [LEAF_STACK_ALLOWANCE])
     return run + kernel + leaf
-
-
-def _library_statics(exp) -> set:
-    """Names of the static functions of the microkernel library's C file (bounds the call depth below an
-    entry point: each appears at most once on a call chain)."""
-    import re
-
-    with open(exp.files["tms_nn_c"], encoding="utf-8") as f:
-        text = f.read()
-    return set(re.findall(r"^static (?:inline )?[\w ]+?\b(\w+)\(", text, re.M)) | \
-        set(re.findall(r"^TMS_INLINE [\w ]+?\b(\w+)\(", text, re.M))
 
 
 def linker_script(path: str, flash_bytes: int, ram_bytes: int, stack_bytes: int) -> str:
@@ -157,4 +196,4 @@ def measure(exp, build_dir: str | None = None) -> Measurement:
 
     flash = total(sizes["model"], _CODE_SECTIONS) - total(sizes["bare"], _CODE_SECTIONS)
     ram = total(sizes["model"], _RAM_SECTIONS) - total(sizes["bare"], _RAM_SECTIONS)
-    return Measurement(flash, ram, stack_estimate(exp, objs.usage), objs.usage)
+    return Measurement(flash, ram, stack_estimate(exp, objs.usage, objs.graph), objs.usage)

@@ -65,7 +65,7 @@ class NnKernel:
     name: str
     op: str
     desc: dict
-    col_bytes: int = 0
+    col_bytes: int = 0          # workspace: a convolution's column buffer, a depthwise convolution's scratch
 
     @property
     def constant_args(self) -> tuple:
@@ -125,6 +125,8 @@ def select(mod, names) -> dict:
         if k.op == "conv2d":
             kh, kw, ic = desc["w"][1], desc["w"][2], desc["w"][3]
             k.col_bytes = 2 * (-(-(kh * kw * ic) // 4) * 4)
+        elif k.op == "depthwise_conv2d":      # tap offsets, a border pixel's gathered window, tap validity
+            k.col_bytes = 9 * desc["w"][1] * desc["w"][2]
         found[name] = k
     if not found:
         return found
@@ -332,8 +334,12 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
                  "  if (TVMBackendFreeWorkspace(1, dev_id, col) != 0) return -1;"]
     elif op == "depthwise_conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
-        body.append(f"  tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
-                    f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')});")
+        body += ["  int32_t dev_id = 0;",
+                 f"  void* scratch = TVMBackendAllocWorkspace(1, dev_id, (uint64_t){kernel.col_bytes}ULL, 0, 8);",
+                 "  if (scratch == NULL) return -1;",
+                 f"  tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+                 f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, scratch);",
+                 "  if (TVMBackendFreeWorkspace(1, dev_id, scratch) != 0) return -1;"]
     elif op == "dense":
         head.append(_struct("tms_fc_t", var, _fc_params(d)))
         body.append(f"  tms_fc_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "

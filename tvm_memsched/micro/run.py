@@ -384,7 +384,7 @@ def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
     objs = compile_model(exp, build_dir, board, extra_sources=[runtime_file("harness.c"), runtime_file("startup.c"),
                                                                data],
                          extra_flags=["-I", build_dir] + (["-DTVM_MEMSCHED_PROFILE"] if profile else []))
-    stack = -(-(stack_estimate(exp, objs.usage) + HARNESS_STACK_BYTES) // 8) * 8
+    stack = -(-(stack_estimate(exp, objs.usage, objs.graph) + HARNESS_STACK_BYTES) // 8) * 8
     script = linker_script(os.path.join(build_dir, "firmware.ld"), board.flash_bytes, board.sram_bytes, stack)
     elf = os.path.join(build_dir, f"{exp.name}.elf")
     try:

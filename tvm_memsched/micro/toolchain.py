@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..core.errors import MemschedError
 
 __all__ = ["ToolchainError", "CompileError", "DEBIAN_PACKAGES", "find_tool", "host_cc", "tvm_include_dirs",
-           "compile_objects", "link", "section_sizes", "stack_usage", "run", "RunOutput"]
+           "compile_objects", "link", "section_sizes", "stack_usage", "call_graph", "run", "RunOutput"]
 
 #: the Debian packages that provide each tool
 DEBIAN_PACKAGES = {
@@ -93,7 +93,8 @@ def compile_objects(cc: str, sources: list[str], out_dir: str, flags: list[str],
                     stack_usage: bool = False) -> tuple[list[str], str]:
     """Compile each source to ``out_dir/<stem>.o`` (``jobs`` at a time); returns (objects, warnings).
 
-    With ``stack_usage`` GCC also writes ``<stem>.su`` (``-fstack-usage``).
+    With ``stack_usage`` GCC also writes ``<stem>.su`` (``-fstack-usage``) and the call graph with each
+    function's frame, ``<stem>.ci`` (``-fcallgraph-info=su``; see :func:`call_graph`).
     """
     os.makedirs(out_dir, exist_ok=True)
     objs, procs, warnings = [], [], []
@@ -102,7 +103,8 @@ def compile_objects(cc: str, sources: list[str], out_dir: str, flags: list[str],
         while pending and len(procs) < max(1, jobs):
             src = pending.pop(0)
             obj = os.path.join(out_dir, os.path.splitext(os.path.basename(src))[0] + ".o")
-            cmd = [cc, *flags, "-c", src, "-o", obj] + (["-fstack-usage"] if stack_usage else [])
+            cmd = [cc, *flags, "-c", src, "-o", obj] + (["-fstack-usage", "-fcallgraph-info=su"] if stack_usage
+                                                        else [])
             procs.append((src, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                                 cwd=out_dir)))
             objs.append(obj)
@@ -148,6 +150,32 @@ def stack_usage(su_files: list[str]) -> dict[str, tuple[int, str]]:
                     fn = parts[0].rsplit(":", 1)[-1]
                     out[fn] = (int(parts[1]), parts[2])
     return out
+
+
+_CI_NODE = re.compile(r'^node: \{ title: "([^"]+)" label: "([^\\"]+)\\n[^"]*?\\n(\d+) bytes \((\w+)\)')
+_CI_EDGE = re.compile(r'^edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"')
+
+
+def call_graph(ci_files: list[str]) -> tuple[dict, dict]:
+    """``({function: (frame bytes, qualifier)}, {function: {callees}})`` from GCC ``.ci`` files.
+
+    Functions are named as GCC titles them: ``name`` for external ones, ``file:name`` for static ones (so
+    two static functions of the same name stay apart); a callee without a node is outside these files.
+    """
+    frames, edges = {}, {}
+    for path in ci_files:
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = _CI_NODE.match(line)
+                if m:
+                    frames[m.group(1)] = (int(m.group(3)), m.group(4))
+                    continue
+                m = _CI_EDGE.match(line)
+                if m:
+                    edges.setdefault(m.group(1), set()).add(m.group(2))
+    return frames, edges
 
 
 @dataclass

@@ -16,6 +16,9 @@
 #endif
 
 #define TMS_INLINE static inline __attribute__((always_inline))
+/* drivers specialised per output mode by the compiler's constant propagation (a clone each), kept out
+ * of line so their stack frames are not added up in their caller's */
+#define TMS_DRIVER static __attribute__((noinline))
 /* word access to int8 buffers that are 4-byte aligned (column buffers, packed weights) */
 typedef int32_t __attribute__((may_alias, aligned(4))) tms_w32_t;
 
@@ -432,21 +435,9 @@ __attribute__((naked, noinline)) static void conv_pairs_m4(const tms_job_t* job 
 #endif
 
 /* All output channels of the two pixels in column slots 0 and 1; y0 / y1 their outputs. */
-TMS_INLINE void conv_two(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
+TMS_DRIVER void conv_two(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
                          int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o) {
   const tms_chan_t* end = ch + (oc & ~1);
-#if TMS_ASM
-  if (mode != TMS_EXACT && oc >= 2) {
-    const tms_job_t job = {col, w, ch, y0, (int32_t)(y1 - y0), K4 / 4, oc / 2, o->z21,
-                           (int32_t)((uint32_t)(uint8_t)o->lo * 0x01010101u),
-                           (int32_t)((uint32_t)(uint8_t)o->hi * 0x01010101u), mode == TMS_FAST_CLAMP};
-    conv_pairs_m4(&job);
-    w += (oc & ~1) * K4;
-    y0 += oc & ~1;
-    y1 += oc & ~1;
-    ch = end;
-  }
-#endif
   for (; ch < end; ch += 2, w += 2 * K4, y0 += 2, y1 += 2) {
     int32_t acc[4] = {ch[0].bias, ch[1].bias, ch[0].bias, ch[1].bias};
     dot_2x2(col, w, K4, acc);
@@ -464,7 +455,7 @@ TMS_INLINE void conv_two(const int mode, const int8_t* col, const int8_t* w, con
 }
 
 /* All output channels of the pixel in column slot 0. */
-TMS_INLINE void conv_one(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
+TMS_DRIVER void conv_one(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
                          int32_t oc, int8_t* y0, const tms_out_t* o) {
   for (int32_t c = 0; c < oc; c += 2, w += 2 * K4) {
     int n1 = c + 1 < oc;
@@ -484,6 +475,12 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
   const int mode = out_mode(tab, p->act_min, p->act_max);
   /* the padding of each slot's last group (K..K4) meets zero weights; give it a value */
   for (int32_t k = K; k < K4; ++k) col[((k >> 2) << 3) + (k & 3)] = col[((k >> 2) << 3) + 4 + (k & 3)] = 0;
+#if TMS_ASM
+  const int32_t even = oc & ~1;      /* channel pairs in assembly, an odd last channel in C */
+  tms_job_t job = {col, w, tab + 1, y, oc, K4 / 4, oc / 2, o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
+                   (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP};
+  const int by_asm = mode != TMS_EXACT && even > 0;
+#endif
   for (int32_t b = 0; b < p->batch; ++b) {
     const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * p->in_c;
     int8_t* yb = y + (int32_t)b * npix * oc;
@@ -498,6 +495,14 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
         if (++ox == p->out_w) ox = 0, ++oy;
       }
       int8_t* y0 = yb + pix * oc;
+#if TMS_ASM
+      if (two && by_asm) {
+        job.y0 = y0;
+        conv_pairs_m4(&job);
+        if (oc & 1) conv_two(mode, col, w + even * K4, tab + 1 + even, K4, 1, y0 + even, y0 + oc + even, &o);
+        continue;
+      }
+#endif
       if (two)
         TMS_BY_MODE(mode, conv_two, col, w, tab + 1, K4, oc, y0, y0 + oc, &o);
       else
@@ -628,20 +633,10 @@ __attribute__((naked, noinline)) static void fc_groups_m4(const tms_fcjob_t* job
 }
 #endif
 
-TMS_INLINE void fc_row(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
+TMS_DRIVER void fc_row(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
                        int32_t n, int8_t* y, const tms_out_t* o) {
   const int32_t K4 = (K + 3) & ~3;
-  int32_t c = 0;
-#if TMS_ASM
-  if (mode != TMS_EXACT && (K & 3) == 0 && n >= 4) {
-    const tms_fcjob_t job = {x, w, ch, y, K / 4, n / 4, o->z21, (int32_t)((uint32_t)(uint8_t)o->lo * 0x01010101u),
-                             (int32_t)((uint32_t)(uint8_t)o->hi * 0x01010101u), mode == TMS_FAST_CLAMP, 2 * K};
-    fc_groups_m4(&job);
-    c = n & ~3;
-    w += c * K4;
-  }
-#endif
-  for (; c < n; c += 2, w += 2 * K4) {
+  for (int32_t c = 0; c < n; c += 2, w += 2 * K4) {
     int n1 = c + 1 < n;
     int32_t acc[2] = {ch[c].bias, n1 ? ch[c + 1].bias : 0};
     dot_1x2(x, 4, w, K, acc);
@@ -654,6 +649,20 @@ void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_ch
   const int32_t K = p->in_n, n = p->out_n;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
   const int mode = out_mode(tab, p->act_min, p->act_max);
+#if TMS_ASM
+  if (mode != TMS_EXACT && (K & 3) == 0 && n >= 4) {   /* groups of four channels in assembly, the rest in C */
+    const int32_t n4 = n & ~3;
+    tms_fcjob_t job = {x, w, tab + 1, y, K / 4, n / 4, o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
+                       (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP, 2 * K};
+    for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) {
+      job.x = x;
+      job.y = y;
+      fc_groups_m4(&job);
+      if (n4 < n) fc_row(mode, x, w + n4 * K, tab + 1 + n4, K, n - n4, y + n4, &o);
+    }
+    return;
+  }
+#endif
   for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) TMS_BY_MODE(mode, fc_row, x, w, tab + 1, K, n, y, &o);
 }
 
@@ -903,7 +912,7 @@ static int32_t dw_weight(const int8_t* wb, int32_t taps, int32_t t, int32_t j) {
 
 /* One output pixel. ``valid`` (NULL: every tap is inside the image) says which taps are; taps
  * outside read the input zero point, through a gathered window ``win`` of the block's taps. */
-TMS_INLINE void dw_pixel(const int mode, const tms_conv_t* p, const int8_t* xw, const int8_t* w,
+TMS_DRIVER void dw_pixel(const int mode, const tms_conv_t* p, const int8_t* xw, const int8_t* w,
                          const tms_chan_t* ch, const int32_t* toff, const uint8_t* valid, tms_w32_t* win, int8_t* y,
                          const tms_out_t* o) {
   const int32_t C = p->in_c, c4 = C & ~3, taps = p->kh * p->kw;
@@ -934,15 +943,15 @@ TMS_INLINE void dw_pixel(const int mode, const tms_conv_t* p, const int8_t* xw, 
 
 #define TMS_DW_PIXEL(mode, ...) dw_pixel(mode, __VA_ARGS__)
 
-void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
+void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                   void* scratch) {
   const int32_t C = p->in_c, taps = p->kh * p->kw;
-  (void)taps;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
   const int mode = out_mode(tab, p->act_min, p->act_max);
   const int32_t span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
-  int32_t toff[TMS_DW_MAX_TAPS];
-  uint8_t valid[TMS_DW_MAX_TAPS];
-  tms_w32_t win[TMS_DW_MAX_TAPS];
+  int32_t* toff = (int32_t*)scratch;                 /* the tap offsets, a border pixel's window and */
+  tms_w32_t* win = (tms_w32_t*)(toff + taps);        /* which of its taps are inside the image */
+  uint8_t* valid = (uint8_t*)(win + taps);
   for (int32_t ky = 0, t = 0; ky < p->kh; ++ky)
     for (int32_t kx = 0; kx < p->kw; ++kx, ++t) toff[t] = ((ky * p->dh) * p->in_w + kx * p->dw) * C;
   for (int32_t b = 0; b < p->batch; ++b) {
@@ -1026,7 +1035,7 @@ TMS_INLINE int32_t srdhm_fast(int32_t xl, int32_t mult) {
 #endif
 }
 
-TMS_INLINE void add_fast(const int a_whole, const int b_whole, const tms_add_t* p, const int8_t* a,
+TMS_DRIVER void add_fast(const int a_whole, const int b_whole, const tms_add_t* p, const int8_t* a,
                          const int8_t* b, int8_t* y) {
   const int32_t ao = p->a_off, bo = p->b_off, ls = p->left_shift;
   const int32_t lo = p->act_min, hi = p->act_max, am = p->a_mult, ai = p->a_shift, bm = p->b_mult,

@@ -74,8 +74,9 @@ typedef struct {
 
 #define TMS_ADD_SUB 2
 
-/* most taps (kh * kw) tms_dwconv_s8 takes */
+/* most taps (kh * kw) tms_dwconv_s8 takes, and the bytes of scratch it needs (4-byte aligned) */
 #define TMS_DW_MAX_TAPS 64
+#define TMS_DW_SCRATCH_BYTES(taps) (9u * (unsigned)(taps))
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
@@ -83,8 +84,10 @@ typedef struct {
 /* CONV_2D (groups 1), NHWC, packed weights; col: TMS_CONV_COL_BYTES bytes, 4-byte aligned. */
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
                  int8_t* col);
-/* DEPTHWISE_CONV_2D with depth multiplier 1, NHWC, weights packed [ceil(C / 4)][kh * kw][4]. */
-void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
+/* DEPTHWISE_CONV_2D with depth multiplier 1, NHWC, weights packed per four-channel block (pairs of taps);
+ * scratch: TMS_DW_SCRATCH_BYTES(kh * kw) bytes, 4-byte aligned. */
+void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                   void* scratch);
 /* FULLY_CONNECTED: rows x in_n -> rows x out_n, packed weights (weight zero point 0). */
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
 /* ADD / SUB of two int8 tensors of the same shape (TFLite's AddFunc: both inputs rescaled after a left
