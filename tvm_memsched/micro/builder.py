@@ -288,7 +288,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
            shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
            compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
            int8: bool = True, io_in_arena: bool = True, inplace: bool = True, kernels: str = "auto",
-           **options) -> MicroExport:
+           float_fma: bool = True, **options) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
     Parameters
@@ -356,6 +356,14 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         builds both and keeps the library's unless its RAM total exceeds the
         other's by more than :data:`RAM_BUDGET` (5%) and more than
         :data:`RAM_BUDGET_FLOOR` bytes; ``.kernel_choice`` holds both builds' sizes. TVM's plan (``planner="tvm"``) always uses TVM's C.
+        With the library, float32 convolutions and fully connected layers (and the
+        bias, residual add and activation behind them) first become described
+        kernels (:mod:`tvm_memsched.relax.float_kernels`, TVM's very floats) that
+        run on the library's float kernels.
+    float_fma : bool
+        The library's float kernels fuse multiply and add (VFMA on cores with an
+        FPU: faster; outputs differ from TVM's in the last bits). False: the
+        same floats as TVM's kernels.
 
     Raises :class:`UnsupportedError` for models the C export cannot handle.
     """
@@ -412,6 +420,12 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         mod_ours = _tvm_call(lambda: convolutions_to(mod_ours, conv_layout.rstrip("?"),
                                                      boundary_only=conv_layout.endswith("?"))[0],
                              "the convolution layout")
+    if ours and kernels != "tvm":            # float convolutions as described kernels (TVM's floats)
+        from ..relax.float_kernels import lower_float
+
+        t_f = time.perf_counter()
+        mod_ours = _tvm_call(lambda: lower_float(mod_ours)[0], "float kernels")
+        seconds["float"] = time.perf_counter() - t_f
     with target:
         fused = _tvm_call(lambda: tvm.transform.Sequential(common)(mod), "TVM's Relax lowering") \
             if (tvms or mod_ours is mod) else None
@@ -440,6 +454,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
             from .nn import params_fit, select
 
             found = {n: k for n, k in select(pre_ours, called_ours).items() if params_fit(k)}
+            for k in found.values():
+                k.fma = float_fma
             if found:
                 libraries = {"fast": found} if kernel_mode == "fast" else {"fast": found, "tvm": {}}
     kernels_tvm = None
@@ -555,6 +571,8 @@ def _choose_kernels(built: dict, board, name: str, states, io: bool, alignment: 
     """``kernels="auto"``: the library's build unless its RAM total exceeds TVM's kernels' by more than
     :data:`RAM_BUDGET` (measured by cross-compiling both, or from the arenas when ``measure`` is off)."""
     import tempfile
+
+    from .codegen import tensor_nbytes
 
     sizes, measured = {}, {}
     for mode, (prog, kmod, rep, bound, _) in built.items():

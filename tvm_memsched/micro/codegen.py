@@ -48,6 +48,7 @@ from tvm import relax
 from ..core.errors import UnsupportedError
 from ..relax.ir import shape_values
 from .kernels import SUPPORTED_DTYPES, KernelModule
+from .literals import c_literals
 
 __all__ = ["Tensor", "KernelCall", "CState", "CProgram", "translate", "check_dtype", "check_shape", "tensor_nbytes"]
 
@@ -435,24 +436,18 @@ class CProgram:
             out.append(f"    {{__tvm_ffi_{sym}, {args}, {len(call.args)}u, {call.workspace_offset}u, "
                        f"{call.workspace_bytes}u}}, /* call {k + 1}: {call.kernel}({desc}) */")
         out += ["};", "",
-                "#ifdef TVM_MEMSCHED_PROFILE",
-                "/* the application's hook around each kernel call (end = 0 before, 1 after), e.g. to time it */",
-                "void tvm_memsched_profile_call(int k, int end);",
-                "#define TVM_MEMSCHED_PROFILE_HOOK(k, end) tvm_memsched_profile_call(k, end)",
-                "#else",
-                "#define TVM_MEMSCHED_PROFILE_HOOK(k, end) ((void)0)",
-                "#endif",
-                "",
+                "#ifdef TVM_MEMSCHED_PROFILE /* the application's hook around each kernel call: 0 before, 1 after */",
+                "void tvm_memsched_profile_call(int k, int end);", "#define TVM_MEMSCHED_PROFILE_HOOK(k, end) "
+                "tvm_memsched_profile_call(k, end)", "#else", "#define TVM_MEMSCHED_PROFILE_HOOK(k, end) ((void)0)",
+                "#endif", "",
                 "/* Run kernel call k (0-based); 0, or k + 1 when it fails (the runtime's error says why). */",
                 f"static int {p}_call(int k) {{",
                 f"  const {p}_call_t* c = &{p}_calls[k];",
                 "  TVMFFIAny ret;",
                 f"  tvm_memsched_set_workspace({p}_arena + c->workspace_offset, c->workspace_bytes);",
                 "  ret.type_index = kTVMFFINone;",
-                "  TVM_MEMSCHED_PROFILE_HOOK(k, 0);",
-                "  int32_t rc = c->fn(NULL, (void*)c->args, (int32_t)c->num_args, &ret);",
-                "  TVM_MEMSCHED_PROFILE_HOOK(k, 1);",
-                "  if (rc != 0) {",
+                "  TVM_MEMSCHED_PROFILE_HOOK(k, 0);", "  int32_t rc = c->fn(NULL, (void*)c->args, (int32_t)c->num_args, &ret);",
+                "  TVM_MEMSCHED_PROFILE_HOOK(k, 1);", "  if (rc != 0) {",
                 "    if (tvm_memsched_last_error()[0] == '\\0') tvm_memsched_set_error(\"kernel failed\");",
                 "    return k + 1;",
                 "  }",
@@ -493,7 +488,7 @@ class CProgram:
         for i, arr in enumerate(self.params):
             dtype = str(arr.dtype)
             ctype = _C_TYPES[dtype]
-            values = _c_literals(arr.reshape(-1), dtype) or ["0"]
+            values = c_literals(arr.reshape(-1), dtype) or ["0"]
             out.append(f"const {ctype} {p}_param_{i}[{len(values)}] __attribute__((aligned(16))) = {{ "
                        f"/* {dtype}{list(arr.shape)} */")
             for j in range(0, len(values), 8):
@@ -502,32 +497,6 @@ class CProgram:
         if not self.params:
             out.append(f"typedef int {p}_no_params; /* ISO C wants something in every file */")
         return "\n".join(out) + "\n"
-
-
-def _c_literals(flat: np.ndarray, dtype: str) -> list[str]:
-    """Exact C literals for a flat array (hex floats; INFINITY/NAN from math.h)."""
-    if dtype in ("float32", "float64"):
-        suffix = "f" if dtype == "float32" else ""
-        out = []
-        for v in flat.tolist():
-            if math.isnan(v):
-                out.append("NAN")
-            elif math.isinf(v):
-                out.append("INFINITY" if v > 0 else "-INFINITY")
-            else:
-                out.append(float(v).hex() + suffix)
-        return out
-    if dtype == "bool":
-        return ["1" if v else "0" for v in flat.tolist()]
-    if dtype == "int64":
-        return [f"INT64_C({v})" for v in flat.tolist()]
-    if dtype == "uint64":
-        return [f"UINT64_C({v})" for v in flat.tolist()]
-    if dtype == "int32":
-        return [str(v) if v != -2 ** 31 else "INT32_MIN" for v in flat.tolist()]
-    if dtype == "uint32":
-        return [f"{v}u" for v in flat.tolist()]
-    return [str(v) for v in flat.tolist()]
 
 
 # ============================================================== translation

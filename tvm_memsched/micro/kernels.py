@@ -180,15 +180,12 @@ _LIBRARY_PART = """
 def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> KernelModule:
     """Build the PrimFuncs ``names`` of ``mod`` into one C source for ``target`` (a C target).
 
-    ``library``: ``{name: NnKernel}`` (:func:`tvm_memsched.micro.nn.select`) for kernels computed by the
-    microkernel library instead; their C functions call it, with arguments as
-    :func:`tvm_memsched.micro.nn.repack` leaves them.
+    ``library``: ``{name: kernel}`` for kernels computed by the microkernel library instead
+    (:func:`tvm_memsched.micro.nn.select`); ``kernel.wrapper(symbol)`` is the C function calling it.
 
     Raises :class:`UnsupportedError` when TVM's C code generator rejects a kernel.
     """
     import tvm
-
-    from .nn import wrapper_source
 
     _register_fabs()
     library = dict(library or {})
@@ -217,7 +214,7 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
                                    f"{lines[-1] if lines else type(e).__name__}") from None
         body = lib.inspect_source()
     if library:
-        body += _LIBRARY_PART + "\n".join(wrapper_source(library[n], symbols[n]) for n in names if n in library)
+        body += _LIBRARY_PART + "\n".join(library[n].wrapper(symbols[n]) for n in names if n in library)
     reqs = workspace_requests(body)
     by_symbol = {sym: name for name, sym in symbols.items()}
     requests = {by_symbol[s]: ev for s, ev in reqs.items() if s in by_symbol}

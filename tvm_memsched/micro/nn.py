@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["NnKernel", "select", "wrapper_source", "repack", "pack_weights", "pack_depthwise", "channel_table",
+__all__ = ["NnKernel", "FLOAT_OPS", "select", "wrapper_source", "repack", "pack_weights", "pack_depthwise", "channel_table",
            "call_macs", "params_fit",
            "MODES", "LIBRARY_FILES"]
 
@@ -53,6 +53,8 @@ MODES = ("fast", "tvm")
 #: the library's files in ``micro/runtime``
 LIBRARY_FILES = ("tms_nn.c", "tms_nn.h")
 _FAST_FLAG = 1
+#: float32 kernels of :mod:`tvm_memsched.relax.float_kernels` the library computes
+FLOAT_OPS = ("conv2d_f32", "depthwise_conv2d_f32", "dense_f32")
 #: most taps the library's depthwise convolution takes (TMS_DW_MAX_TAPS in tms_nn.h)
 DW_MAX_TAPS = 64
 _ACC_LIMIT = 1 << 30
@@ -66,13 +68,20 @@ class NnKernel:
     op: str
     desc: dict
     col_bytes: int = 0          # workspace: a convolution's column buffer, a depthwise convolution's scratch
+    fma: bool = True            # float kernels: fused multiply-add (else TVM's floats exactly)
 
     @property
     def constant_args(self) -> tuple:
         """Argument positions that must be constants (weights, channel table; a table operator's table)."""
         if self.op in ("conv2d", "depthwise_conv2d", "dense"):
             return (1, 2) if self._has_table else (1,)
+        if self.op in FLOAT_OPS:
+            return (1, 2) if self.desc["has_bias"] else (1,)
         return (1,) if self.op == "lut" else ()
+
+    def wrapper(self, symbol: str) -> str:
+        """The kernel's C function ``__tvm_ffi_<symbol>`` (:func:`wrapper_source`)."""
+        return wrapper_source(self, symbol)
 
     @property
     def repacked(self) -> bool:
@@ -88,6 +97,10 @@ class NnKernel:
 def _supported(desc: dict) -> str | None:
     """The library function for a kernel description, or None."""
     op = desc.get("op")
+    if op in ("conv2d_f32", "depthwise_conv2d_f32"):
+        return op if len(desc["x"]) == 4 else None
+    if op == "dense_f32":
+        return op
     if op in ("max_pool2d", "avg_pool2d"):
         return op if len(desc["x"]) == 4 else None
     if op == "lut":
@@ -217,8 +230,8 @@ def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> 
 
 
 def call_macs(desc: dict) -> int:
-    """Multiply-accumulates of one call of a described kernel (0 for pools)."""
-    op = desc["op"]
+    """Multiply-accumulates of one call of a described kernel (0 for pools and element-wise operators)."""
+    op = desc["op"].replace("_f32", "")
     out = math.prod(desc["y"])
     if op == "conv2d":
         return out * math.prod(desc["w"][1:])
@@ -265,9 +278,36 @@ def _fits(params: dict) -> bool:
         all(-32768 <= int(params[k]) <= 32767 for k in ("pad_t", "pad_l") if k in params)
 
 
+def _c_value(v) -> str:
+    if isinstance(v, float):
+        return float(np.float32(v)).hex() + "f"     # exact: the float32 the model holds
+    return str(int(v))
+
+
 def _struct(ctype: str, var: str, params: dict) -> str:
-    fields = ", ".join(f".{k} = {int(v)}" for k, v in params.items())
+    fields = ", ".join(f".{k} = {_c_value(v)}" for k, v in params.items())
     return f"static const {ctype} {var} = {{{fields}}};"
+
+
+def _float_flags(desc: dict, fma: bool) -> dict:
+    lo, hi = desc["lo"], desc["hi"]
+    flags = (1 if desc["has_bias"] else 0) | (2 if desc["residual"] else 0) | (4 if lo is not None else 0) | \
+        (8 if hi is not None else 0) | (16 if fma else 0)
+    return {"flags": flags, "lo": float(lo if lo is not None else 0.0), "hi": float(hi if hi is not None else 0.0)}
+
+
+def _convf_params(desc: dict, fma: bool) -> dict:
+    n, h, w, c = desc["x"]
+    _, oh, ow, oc = desc["y"]
+    return {"batch": n, "in_h": h, "in_w": w, "in_c": c, "out_h": oh, "out_w": ow, "out_c": oc,
+            "kh": desc["w"][1], "kw": desc["w"][2], "sh": desc["strides"][0], "sw": desc["strides"][1],
+            "dh": desc["dilation"][0], "dw": desc["dilation"][1], "pad_t": desc["padding"][0],
+            "pad_l": desc["padding"][1], **_float_flags(desc, fma)}
+
+
+def _fcf_params(desc: dict, fma: bool) -> dict:
+    return {"rows": math.prod(desc["x"][:-1]), "in_n": desc["x"][-1], "out_n": desc["w"][0],
+            **_float_flags(desc, fma)}
 
 
 _SIGNATURE = "TVM_DLL int32_t __tvm_ffi_{sym}(void* self_handle, void* args, int32_t num_args, void* result) {{"
@@ -309,10 +349,11 @@ def params_fit(kernel: NnKernel) -> bool:
     """True if the kernel's shapes fit the library's parameter block (16-bit sizes, 8-bit windows)."""
     d = kernel.desc
     op = kernel.op
-    if op == "lut":
+    if op in ("lut", "add"):
         return math.prod(d["y"]) < 1 << 32
-    if op == "add":
-        return math.prod(d["y"]) < 1 << 32
+    if op in FLOAT_OPS:
+        return _fits(_fcf_params(d, True) if op == "dense_f32" else _convf_params(d, True)) and \
+            4 * max(math.prod(d["x"]), math.prod(d["y"])) < 1 << 32
     params = _fc_params(d) if op == "dense" else _pool_params(d) if op.endswith("pool2d") else _conv_params(d)
     return _fits(params)
 
@@ -348,6 +389,18 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         head.append(_struct("tms_add_t", var, _add_params(d)))
         body.append(f"  tms_add_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
                     f"{_arg(2, 'int8_t*')});")
+    elif op in FLOAT_OPS:
+        dense = op == "dense_f32"
+        head.append(_struct("tms_fcf_t" if dense else "tms_convf_t", var,
+                            _fcf_params(d, kernel.fma) if dense else _convf_params(d, kernel.fma)))
+        k = 2
+        bias = _arg(k, "const float*") if d["has_bias"] else "NULL"
+        k += int(d["has_bias"])
+        res = _arg(k, "const float*") if d["residual"] else "NULL"
+        k += int(d["residual"])
+        fn = {"conv2d_f32": "tms_conv_f32", "depthwise_conv2d_f32": "tms_dwconv_f32", "dense_f32": "tms_fc_f32"}[op]
+        body.append(f"  {fn}(&{var}, {_arg(0, 'const float*')}, {_arg(1, 'const float*')}, {bias}, {res}, "
+                    f"{_arg(k, 'float*')});")
     elif op == "lut":
         head = head[:1]
         body.append(f"  tms_lut_s8({math.prod(d['y'])}u, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "

@@ -7,12 +7,14 @@ are ``expr.ty``, ``relax.TensorType``; ``Var.name``; constants are
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["model_macs", "dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
+__all__ = ["KernelEmitter", "replace_bindings", "drop_dead_bindings", "pure_binding", "model_macs", "dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
            "shape_values", "field_types"]
 
 #: ops whose result is a view of (aliases) their tensor input: no new memory
@@ -154,3 +156,84 @@ def model_macs(func) -> int:
 
     relax.analysis.post_order_visit(func.body, visit)
     return total
+
+
+class KernelEmitter:
+    """Adds PrimFuncs to a module once each (structurally equal ones shared) and makes constants.
+
+    ``call(match, func, name, args)`` is the ``call_tir`` of ``func`` producing ``match.var``'s type.
+    """
+
+    def __init__(self, mod):
+        self.bb = relax.BlockBuilder(mod)
+        self.funcs: dict = {}
+        self.const_bytes = 0
+
+    def gvar(self, func, name: str):
+        key = tvm_ffi.structural_hash(func)
+        for f, gv in self.funcs.get(key, []):
+            if tvm_ffi.structural_equal(f, func):
+                return gv
+        gv = self.bb.add_func(func, name)
+        self.bb.update_func(gv, func.with_attr("global_symbol", gv.name_hint))
+        self.funcs.setdefault(key, []).append((func, gv))
+        return gv
+
+    def const(self, arr):
+        arr = np.ascontiguousarray(arr)
+        self.const_bytes += arr.nbytes
+        return relax.const(arr)
+
+    def call(self, m, func, name, args):
+        gv = self.gvar(func, name)
+        return relax.call_tir(gv, args, m.var.ty)
+
+
+def replace_bindings(func: relax.Function, replaced: dict) -> relax.Function:
+    """``func`` with the bindings of ``replaced`` given new values, then dead bindings removed."""
+    if not replaced:
+        return func
+    blocks = []
+    for block in func.body.blocks:
+        bindings = [relax.VarBinding(b.var, replaced[b.var]) if isinstance(b, relax.VarBinding)
+                    and b.var in replaced else b for b in block.bindings]
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock)
+                      else relax.BindingBlock(bindings))
+    body = relax.SeqExpr(blocks, func.body.body)
+    new = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+    return drop_dead_bindings(new)
+
+
+def pure_binding(value) -> bool:
+    """True if dropping a binding of ``value`` cannot change what the function does (TVM's ``FPurity``)."""
+    if isinstance(value, (relax.Var, relax.Tuple, relax.TupleGetItem, tvm.ir.Constant)):
+        return True
+    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and bool(value.op.get_attr("FPurity")))
+
+
+def drop_dead_bindings(func: relax.Function) -> relax.Function:
+    """Drop pure bindings whose variables nothing uses (the float groups a kernel replaced)."""
+    used = set()
+
+    def mark(expr):
+        def visit(e):
+            if isinstance(e, relax.Var):
+                used.add(e)
+
+        relax.analysis.post_order_visit(expr, visit)
+
+    mark(func.body.body)
+    kept_blocks = []
+    for block in reversed(list(func.body.blocks)):
+        kept = []
+        for b in reversed(list(block.bindings)):
+            if b.var in used or not isinstance(b, relax.VarBinding) or not pure_binding(b.value):
+                kept.append(b)
+                mark(b.value)
+        kept.reverse()
+        kept_blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock)
+                           else relax.BindingBlock(kept))
+    kept_blocks.reverse()
+    return relax.Function(func.params, relax.SeqExpr(kept_blocks, func.body.body), func.ret_ty, func.is_pure,
+                          func.attrs, func.span)

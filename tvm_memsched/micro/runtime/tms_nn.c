@@ -162,16 +162,32 @@ static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
   return o;
 }
 
-/* Dispatch a TMS_INLINE function specialised on the output mode. */
-#define TMS_BY_MODE(mode, fn, ...)       \
-  do {                                  \
-    if ((mode) == TMS_FAST_FULL)         \
-      fn(TMS_FAST_FULL, __VA_ARGS__);    \
-    else if ((mode) == TMS_FAST_CLAMP)   \
-      fn(TMS_FAST_CLAMP, __VA_ARGS__);   \
-    else                                 \
-      fn(TMS_EXACT, __VA_ARGS__);        \
-  } while (0)
+/* Out-of-line copies of an always-inline function ``fn_impl`` for each output mode (``fn(mode, ...)``
+ * dispatches): specialised code, and stack frames that do not add up in the caller's. */
+#define TMS_MODES(fn, PARAMS, ...)                                                           \
+  TMS_DRIVER void fn##_m0 PARAMS { fn##_impl(TMS_EXACT, __VA_ARGS__); }                     \
+  TMS_DRIVER void fn##_m1 PARAMS { fn##_impl(TMS_FAST_FULL, __VA_ARGS__); }                 \
+  TMS_DRIVER void fn##_m2 PARAMS { fn##_impl(TMS_FAST_CLAMP, __VA_ARGS__); }                \
+  static inline void fn(const int mode, TMS_UNPAREN PARAMS) {                                \
+    if (mode == TMS_FAST_FULL)                                                               \
+      fn##_m1(__VA_ARGS__);                                                                  \
+    else if (mode == TMS_FAST_CLAMP)                                                         \
+      fn##_m2(__VA_ARGS__);                                                                  \
+    else                                                                                     \
+      fn##_m0(__VA_ARGS__);                                                                  \
+  }
+/* the same for a flag (a fused multiply-add, say): fn(flag, ...) */
+#define TMS_FLAG(fn, PARAMS, ...)                                                            \
+  TMS_DRIVER void fn##_f0 PARAMS { fn##_impl(0, __VA_ARGS__); }                             \
+  TMS_DRIVER void fn##_f1 PARAMS { fn##_impl(1, __VA_ARGS__); }                             \
+  static inline void fn(const int flag, TMS_UNPAREN PARAMS) {                                \
+    if (flag)                                                                                \
+      fn##_f1(__VA_ARGS__);                                                                  \
+    else                                                                                     \
+      fn##_f0(__VA_ARGS__);                                                                  \
+  }
+#define TMS_UNPAREN(...) __VA_ARGS__
+#define TMS_BY_MODE(mode, fn, ...) fn(mode, __VA_ARGS__)
 
 /* ------------------------------------------------------------------ dot products */
 /* Two columns interleaved every four elements (col: [K4/4][2][4]) against a channel pair
@@ -435,7 +451,7 @@ __attribute__((naked, noinline)) static void conv_pairs_m4(const tms_job_t* job 
 #endif
 
 /* All output channels of the two pixels in column slots 0 and 1; y0 / y1 their outputs. */
-TMS_DRIVER void conv_two(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
+TMS_INLINE void conv_two_impl(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
                          int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o) {
   const tms_chan_t* end = ch + (oc & ~1);
   for (; ch < end; ch += 2, w += 2 * K4, y0 += 2, y1 += 2) {
@@ -453,9 +469,10 @@ TMS_DRIVER void conv_two(const int mode, const int8_t* col, const int8_t* w, con
     y1[0] = out1(mode, ch, acc[2], o);
   }
 }
+TMS_MODES(conv_two, (const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4, int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o), col, w, ch, K4, oc, y0, y1, o)
 
 /* All output channels of the pixel in column slot 0. */
-TMS_DRIVER void conv_one(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
+TMS_INLINE void conv_one_impl(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
                          int32_t oc, int8_t* y0, const tms_out_t* o) {
   for (int32_t c = 0; c < oc; c += 2, w += 2 * K4) {
     int n1 = c + 1 < oc;
@@ -465,6 +482,7 @@ TMS_DRIVER void conv_one(const int mode, const int8_t* col, const int8_t* w, con
     if (n1) y0[c + 1] = out1(mode, ch + c + 1, acc[1], o);
   }
 }
+TMS_MODES(conv_one, (const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4, int32_t oc, int8_t* y0, const tms_out_t* o), col, w, ch, K4, oc, y0, o)
 
 
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
@@ -633,7 +651,7 @@ __attribute__((naked, noinline)) static void fc_groups_m4(const tms_fcjob_t* job
 }
 #endif
 
-TMS_DRIVER void fc_row(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
+TMS_INLINE void fc_row_impl(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
                        int32_t n, int8_t* y, const tms_out_t* o) {
   const int32_t K4 = (K + 3) & ~3;
   for (int32_t c = 0; c < n; c += 2, w += 2 * K4) {
@@ -644,6 +662,7 @@ TMS_DRIVER void fc_row(const int mode, const int8_t* x, const int8_t* w, const t
     if (n1) y[c + 1] = out1(mode, ch + c + 1, acc[1], o);
   }
 }
+TMS_MODES(fc_row, (const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K, int32_t n, int8_t* y, const tms_out_t* o), x, w, ch, K, n, y, o)
 
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
   const int32_t K = p->in_n, n = p->out_n;
@@ -912,7 +931,7 @@ static int32_t dw_weight(const int8_t* wb, int32_t taps, int32_t t, int32_t j) {
 
 /* One output pixel. ``valid`` (NULL: every tap is inside the image) says which taps are; taps
  * outside read the input zero point, through a gathered window ``win`` of the block's taps. */
-TMS_DRIVER void dw_pixel(const int mode, const tms_conv_t* p, const int8_t* xw, const int8_t* w,
+TMS_INLINE void dw_pixel_impl(const int mode, const tms_conv_t* p, const int8_t* xw, const int8_t* w,
                          const tms_chan_t* ch, const int32_t* toff, const uint8_t* valid, tms_w32_t* win, int8_t* y,
                          const tms_out_t* o) {
   const int32_t C = p->in_c, c4 = C & ~3, taps = p->kh * p->kw;
@@ -940,8 +959,8 @@ TMS_DRIVER void dw_pixel(const int mode, const tms_conv_t* p, const int8_t* xw, 
     y[c] = out1(mode, ch + c, acc, o);
   }
 }
+TMS_MODES(dw_pixel, (const tms_conv_t* p, const int8_t* xw, const int8_t* w, const tms_chan_t* ch, const int32_t* toff, const uint8_t* valid, tms_w32_t* win, int8_t* y, const tms_out_t* o), p, xw, w, ch, toff, valid, win, y, o)
 
-#define TMS_DW_PIXEL(mode, ...) dw_pixel(mode, __VA_ARGS__)
 
 void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
                    void* scratch) {
@@ -993,7 +1012,7 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
         }
         /* window origin (may lie outside the image: only valid taps are read through it) */
         const int8_t* xw = xb + ((intptr_t)iy0 * p->in_w + ix0) * C;
-        TMS_BY_MODE(mode, TMS_DW_PIXEL, p, xw, w, tab + 1, toff, vp, win, y, &o);
+        dw_pixel(mode, p, xw, w, tab + 1, toff, vp, win, y, &o);
       }
     }
   }
@@ -1035,7 +1054,7 @@ TMS_INLINE int32_t srdhm_fast(int32_t xl, int32_t mult) {
 #endif
 }
 
-TMS_DRIVER void add_fast(const int a_whole, const int b_whole, const tms_add_t* p, const int8_t* a,
+TMS_INLINE void add_fast_impl(const int a_whole, const int b_whole, const tms_add_t* p, const int8_t* a,
                          const int8_t* b, int8_t* y) {
   const int32_t ao = p->a_off, bo = p->b_off, ls = p->left_shift;
   const int32_t lo = p->act_min, hi = p->act_max, am = p->a_mult, ai = p->a_shift, bm = p->b_mult,
@@ -1049,18 +1068,22 @@ TMS_DRIVER void add_fast(const int a_whole, const int b_whole, const tms_add_t* 
     *y++ = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
   }
 }
+TMS_DRIVER void add_fast_00(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(0, 0, p, a, b, y); }
+TMS_DRIVER void add_fast_01(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(0, 1, p, a, b, y); }
+TMS_DRIVER void add_fast_10(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(1, 0, p, a, b, y); }
+TMS_DRIVER void add_fast_11(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(1, 1, p, a, b, y); }
 
 void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) {
   if ((p->flags & (TMS_RQ_FAST | TMS_ADD_SUB)) == TMS_RQ_FAST) { /* an input stage with right shift 0: SRDHM alone */
     int aw = TMS_RIGHT(p->a_shift) == 0, bw = TMS_RIGHT(p->b_shift) == 0;
     if (aw && bw)
-      add_fast(1, 1, p, a, b, y);
+      add_fast_11(p, a, b, y);
     else if (aw)
-      add_fast(1, 0, p, a, b, y);
+      add_fast_10(p, a, b, y);
     else if (bw)
-      add_fast(0, 1, p, a, b, y);
+      add_fast_01(p, a, b, y);
     else
-      add_fast(0, 0, p, a, b, y);
+      add_fast_00(p, a, b, y);
     return;
   }
   const int32_t ao = p->a_off, bo = p->b_off, ls = p->left_shift, sub = p->flags & TMS_ADD_SUB;
@@ -1187,5 +1210,292 @@ void tms_avgpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y) {
         }
       }
     }
+  }
+}
+
+/* ------------------------------------------------------------------ float32 */
+/* a * b + c, fused (one rounding) when ``fused`` and the core has FMA; otherwise rounded twice, as
+ * TVM's kernels and TFLite's reference kernels compute in ISO C (no contraction). */
+TMS_INLINE float madd(const int fused, float a, float b, float c) {
+#if defined(__ARM_FEATURE_FMA) || defined(__FP_FAST_FMAF)
+  if (fused) return __builtin_fmaf(a, b, c);
+#else
+  (void)fused;
+#endif
+  return c + a * b;
+}
+
+TMS_INLINE float fepilogue(const tms_convf_t* p, float v, const float* bias, const float* res, int32_t c,
+                           int32_t i) {
+  if (p->flags & TMS_F_BIAS) v = v + bias[c];
+  if (p->flags & TMS_F_RESIDUAL) v = v + res[i];
+  if ((p->flags & TMS_F_LO) && v < p->lo) v = p->lo;
+  if ((p->flags & TMS_F_HI) && v > p->hi) v = p->hi;
+  return v;
+}
+
+static int overlaps(const void* a, uint32_t an, const void* b, uint32_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + bn && y < x + an;
+}
+
+/* The taps of one kernel row that lie inside the image: kx in [*k0, *k1) (a contiguous run of
+ * (k1 - k0) * C floats of input and of weights when the dilation is 1). */
+TMS_INLINE int row_taps(const tms_convf_t* p, int inside, int32_t iy, int32_t ix0, int32_t* k0, int32_t* k1) {
+  if (inside) {
+    *k0 = 0;
+    *k1 = p->kw;
+    return 1;
+  }
+  if (iy < 0 || iy >= p->in_h) return 0;
+  int32_t a = 0, b = p->kw;
+  while (a < b && ix0 + a * p->dw < 0) ++a;
+  while (b > a && ix0 + (b - 1) * p->dw >= p->in_w) --b;
+  *k0 = a;
+  *k1 = b;
+  return b > a;
+}
+
+/* One output pixel (all channels, four at a time; reads of a block precede its writes). */
+TMS_INLINE void convf_pixel_impl(const int fused, const tms_convf_t* p, const float* xb, const float* w,
+                            const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi,
+                            int inside) {
+  const int32_t C = p->in_c, OC = p->out_c, K = p->kh * p->kw * C;
+  const int32_t iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l;
+  const int32_t xstep = p->dw * C;        /* one tap to the next along a kernel row */
+  const int32_t run_ok = p->dw == 1;      /* a row's taps are one contiguous run */
+  int32_t oc = 0;
+  for (; oc < OC; oc += 4) {
+    const int32_t nb = OC - oc < 4 ? OC - oc : 4;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    for (int32_t ky = 0; ky < p->kh; ++ky) {
+      int32_t iy = iy0 + ky * p->dh, k0, k1;
+      if (!row_taps(p, inside, iy, ix0, &k0, &k1)) continue;
+      const float* xr = xb + ((int32_t)iy * p->in_w + ix0 + k0 * p->dw) * C;
+      const float* wr = w + oc * K + (ky * p->kw + k0) * C;
+      const int32_t runs = run_ok ? 1 : k1 - k0, len = run_ok ? (k1 - k0) * C : C;
+      for (int32_t t = 0; t < runs; ++t, xr += xstep, wr += C) {
+        const float* w0 = wr;
+        if (nb == 4) {
+          const float *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+          for (int32_t c = 0; c < len; ++c) {
+            float xv = xr[c];
+            a0 = madd(fused, xv, w0[c], a0);
+            a1 = madd(fused, xv, w1[c], a1);
+            a2 = madd(fused, xv, w2[c], a2);
+            a3 = madd(fused, xv, w3[c], a3);
+          }
+        } else {
+          for (int32_t c = 0; c < len; ++c) {
+            float xv = xr[c];
+            a0 = madd(fused, xv, w0[c], a0);
+            if (nb > 1) a1 = madd(fused, xv, w0[K + c], a1);
+            if (nb > 2) a2 = madd(fused, xv, w0[2 * K + c], a2);
+          }
+        }
+      }
+    }
+    float acc[4] = {a0, a1, a2, a3};
+    for (int32_t j = 0; j < nb; ++j) y[oi + oc + j] = fepilogue(p, acc[j], bias, res, oc + j, oi + oc + j);
+  }
+}
+TMS_FLAG(convf_pixel, (const tms_convf_t* p, const float* xb, const float* w, const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi, int inside), p, xb, w, bias, res, y, oy, ox, oi, inside)
+
+/* Two horizontally adjacent output pixels whose windows lie inside the image, when the output does not
+ * overlap the input: every loaded weight feeds both. */
+TMS_INLINE void convf_pair_impl(const int fused, const tms_convf_t* p, const float* xb, const float* w,
+                           const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi) {
+  const int32_t C = p->in_c, OC = p->out_c, K = p->kh * p->kw * C, step = p->sw * C;
+  const int32_t iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l;
+  const int32_t runs = p->dw == 1 ? 1 : p->kw, len = p->dw == 1 ? p->kw * C : C, xstep = p->dw * C;
+  int32_t oc = 0;
+  for (; oc + 4 <= OC; oc += 4) {
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
+    for (int32_t ky = 0; ky < p->kh; ++ky) {
+      const float* xp = xb + ((int32_t)(iy0 + ky * p->dh) * p->in_w + ix0) * C;
+      const float* w0 = w + oc * K + ky * p->kw * C;
+      for (int32_t t = 0; t < runs; ++t, xp += xstep, w0 += C) {
+        const float* xq = xp + step;
+        const float *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+        for (int32_t c = 0; c < len; ++c) {
+          float xv = xp[c], xu = xq[c], v;
+          v = w0[c];
+          a0 = madd(fused, xv, v, a0);
+          b0 = madd(fused, xu, v, b0);
+          v = w1[c];
+          a1 = madd(fused, xv, v, a1);
+          b1 = madd(fused, xu, v, b1);
+          v = w2[c];
+          a2 = madd(fused, xv, v, a2);
+          b2 = madd(fused, xu, v, b2);
+          v = w3[c];
+          a3 = madd(fused, xv, v, a3);
+          b3 = madd(fused, xu, v, b3);
+        }
+      }
+    }
+    int32_t o2 = oi + OC;
+    y[oi + oc] = fepilogue(p, a0, bias, res, oc, oi + oc);
+    y[oi + oc + 1] = fepilogue(p, a1, bias, res, oc + 1, oi + oc + 1);
+    y[oi + oc + 2] = fepilogue(p, a2, bias, res, oc + 2, oi + oc + 2);
+    y[oi + oc + 3] = fepilogue(p, a3, bias, res, oc + 3, oi + oc + 3);
+    y[o2 + oc] = fepilogue(p, b0, bias, res, oc, o2 + oc);
+    y[o2 + oc + 1] = fepilogue(p, b1, bias, res, oc + 1, o2 + oc + 1);
+    y[o2 + oc + 2] = fepilogue(p, b2, bias, res, oc + 2, o2 + oc + 2);
+    y[o2 + oc + 3] = fepilogue(p, b3, bias, res, oc + 3, o2 + oc + 3);
+  }
+  for (; oc < OC; ++oc) { /* the last OC % 4 channels, one at a time */
+    for (int32_t k = 0; k < 2; ++k) {
+      float a = 0.0f;
+      for (int32_t ky = 0; ky < p->kh; ++ky) {
+        const float* xp = xb + ((int32_t)(iy0 + ky * p->dh) * p->in_w + ix0 + k * p->sw) * C;
+        const float* w0 = w + oc * K + ky * p->kw * C;
+        for (int32_t t = 0; t < runs; ++t, xp += xstep, w0 += C)
+          for (int32_t c = 0; c < len; ++c) a = madd(fused, xp[c], w0[c], a);
+      }
+      y[oi + k * OC + oc] = fepilogue(p, a, bias, res, oc, oi + k * OC + oc);
+    }
+  }
+}
+TMS_FLAG(convf_pair, (const tms_convf_t* p, const float* xb, const float* w, const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi), p, xb, w, bias, res, y, oy, ox, oi)
+
+void tms_conv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
+                  float* y) {
+  const int fused = (p->flags & TMS_F_FMA) != 0;
+  const int32_t C = p->in_c, OC = p->out_c;
+  const uint32_t xbytes = 4u * p->batch * p->in_h * p->in_w * C, ybytes = 4u * p->batch * p->out_h * p->out_w * OC;
+  const int apart = !overlaps(x, xbytes, y, ybytes);
+  const int32_t span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const float* xb = x + (int32_t)b * p->in_h * p->in_w * C;
+    int32_t oi = b * p->out_h * p->out_w * OC;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+      int32_t iy0 = oy * p->sh - p->pad_t;
+      int rows_in = iy0 >= 0 && iy0 + span_h < p->in_h;
+      for (int32_t ox = 0; ox < p->out_w; ++ox, oi += OC) {
+        int32_t ix0 = ox * p->sw - p->pad_l;
+        int inside = rows_in && ix0 >= 0 && ix0 + span_w < p->in_w;
+        /* two pixels at once write the second's outputs before the first's window is read for the next
+         * channels: only when those outputs lie outside that window's span (always when not in place) */
+        int pair = inside && ox + 1 < p->out_w && ix0 + p->sw + span_w < p->in_w;
+        if (pair && !apart) {
+          const float* w0 = xb + ((int32_t)iy0 * p->in_w + ix0) * C;
+          const float* w1 = xb + ((int32_t)(iy0 + span_h) * p->in_w + ix0 + span_w + 1) * C;
+          pair = !overlaps(y + oi + OC, 4u * OC, w0, (uint32_t)((w1 - w0) * 4));
+        }
+        if (pair) {
+          if (fused)
+            convf_pair(1, p, xb, w, bias, res, y, oy, ox, oi);
+          else
+            convf_pair(0, p, xb, w, bias, res, y, oy, ox, oi);
+          ++ox;
+          oi += OC;
+          continue;
+        }
+        if (fused)
+          convf_pixel(1, p, xb, w, bias, res, y, oy, ox, oi, inside);
+        else
+          convf_pixel(0, p, xb, w, bias, res, y, oy, ox, oi, inside);
+      }
+    }
+  }
+}
+
+/* Depthwise: per output pixel, four channels at a time over the taps inside the image. */
+TMS_INLINE void dwf_pixel_impl(const int fused, const tms_convf_t* p, const float* xb, const float* w,
+                          const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi,
+                          int inside) {
+  const int32_t C = p->in_c, iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l, xstep = p->dw * C;
+  int32_t c = 0;
+  for (; c < C; c += 4) {
+    const int32_t nb = C - c < 4 ? C - c : 4;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    for (int32_t ky = 0; ky < p->kh; ++ky) {
+      int32_t iy = iy0 + ky * p->dh, k0, k1;
+      if (!row_taps(p, inside, iy, ix0, &k0, &k1)) continue;
+      const float* xp = xb + ((int32_t)iy * p->in_w + ix0 + k0 * p->dw) * C + c;
+      const float* wp = w + (ky * p->kw + k0) * C + c;
+      if (nb == 4) {
+        for (int32_t kx = k0; kx < k1; ++kx, xp += xstep, wp += C) {
+          a0 = madd(fused, xp[0], wp[0], a0);
+          a1 = madd(fused, xp[1], wp[1], a1);
+          a2 = madd(fused, xp[2], wp[2], a2);
+          a3 = madd(fused, xp[3], wp[3], a3);
+        }
+      } else {
+        for (int32_t kx = k0; kx < k1; ++kx, xp += xstep, wp += C) {
+          a0 = madd(fused, xp[0], wp[0], a0);
+          if (nb > 1) a1 = madd(fused, xp[1], wp[1], a1);
+          if (nb > 2) a2 = madd(fused, xp[2], wp[2], a2);
+        }
+      }
+    }
+    float acc[4] = {a0, a1, a2, a3};
+    for (int32_t j = 0; j < nb; ++j) y[oi + c + j] = fepilogue(p, acc[j], bias, res, c + j, oi + c + j);
+  }
+}
+TMS_FLAG(dwf_pixel, (const tms_convf_t* p, const float* xb, const float* w, const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi, int inside), p, xb, w, bias, res, y, oy, ox, oi, inside)
+
+void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
+                    float* y) {
+  const int fused = (p->flags & TMS_F_FMA) != 0;
+  const int32_t C = p->in_c, span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const float* xb = x + (int32_t)b * p->in_h * p->in_w * C;
+    int32_t oi = b * p->out_h * p->out_w * C;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+      int32_t iy0 = oy * p->sh - p->pad_t;
+      int rows_in = iy0 >= 0 && iy0 + span_h < p->in_h;
+      for (int32_t ox = 0; ox < p->out_w; ++ox, oi += C) {
+        int32_t ix0 = ox * p->sw - p->pad_l;
+        int inside = rows_in && ix0 >= 0 && ix0 + span_w < p->in_w;
+        if (fused)
+          dwf_pixel(1, p, xb, w, bias, res, y, oy, ox, oi, inside);
+        else
+          dwf_pixel(0, p, xb, w, bias, res, y, oy, ox, oi, inside);
+      }
+    }
+  }
+}
+
+/* Fully connected: four output channels per pass over the input row. */
+TMS_INLINE void fcf_row_impl(const int fused, const tms_fcf_t* p, const float* x, const float* w, const float* bias,
+                        const float* res, float* y, int32_t oi) {
+  const int32_t K = p->in_n, N = p->out_n;
+  const tms_convf_t q = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, p->flags, p->lo, p->hi};
+  int32_t n = 0;
+  for (; n + 4 <= N; n += 4) {
+    const float* w0 = w + n * K;
+    const float *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    for (int32_t k = 0; k < K; ++k) {
+      float xv = x[k];
+      a0 = madd(fused, xv, w0[k], a0);
+      a1 = madd(fused, xv, w1[k], a1);
+      a2 = madd(fused, xv, w2[k], a2);
+      a3 = madd(fused, xv, w3[k], a3);
+    }
+    y[n] = fepilogue(&q, a0, bias, res, n, oi + n);
+    y[n + 1] = fepilogue(&q, a1, bias, res, n + 1, oi + n + 1);
+    y[n + 2] = fepilogue(&q, a2, bias, res, n + 2, oi + n + 2);
+    y[n + 3] = fepilogue(&q, a3, bias, res, n + 3, oi + n + 3);
+  }
+  for (; n < N; ++n) {
+    const float* w0 = w + n * K;
+    float a = 0.0f;
+    for (int32_t k = 0; k < K; ++k) a = madd(fused, x[k], w0[k], a);
+    y[n] = fepilogue(&q, a, bias, res, n, oi + n);
+  }
+}
+TMS_FLAG(fcf_row, (const tms_fcf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y, int32_t oi), p, x, w, bias, res, y, oi)
+
+void tms_fc_f32(const tms_fcf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y) {
+  const int fused = (p->flags & TMS_F_FMA) != 0;
+  const int32_t K = p->in_n, N = p->out_n;
+  for (int32_t r = 0; r < p->rows; ++r, x += K, y += N) {
+    if (fused)
+      fcf_row(1, p, x, w, bias, res, y, r * N);
+    else
+      fcf_row(0, p, x, w, bias, res, y, r * N);
   }
 }

@@ -78,6 +78,37 @@ typedef struct {
 #define TMS_DW_MAX_TAPS 64
 #define TMS_DW_SCRATCH_BYTES(taps) (9u * (unsigned)(taps))
 
+/* float32 kernels: NHWC, weights OHWI (depthwise 1HWC, dense (N, K)), optional per-channel bias and a
+ * residual of the output's shape added before the activation range [lo, hi]. Each output is summed
+ * over (kernel row, kernel column, input channel) like TVM's NHWC kernels and TFLite's reference
+ * kernels; with TMS_F_FMA the products are fused (VFMA on FPU cores: faster, last-bit differences),
+ * without it the floats are theirs. */
+#define TMS_F_BIAS 1
+#define TMS_F_RESIDUAL 2
+#define TMS_F_LO 4
+#define TMS_F_HI 8
+#define TMS_F_FMA 16
+
+typedef struct {
+  uint16_t batch, in_h, in_w, in_c, out_h, out_w, out_c;
+  uint8_t kh, kw, sh, sw, dh, dw;
+  int16_t pad_t, pad_l;
+  uint8_t flags;
+  float lo, hi;
+} tms_convf_t;
+
+typedef struct {
+  uint16_t rows, in_n, out_n;
+  uint8_t flags;
+  float lo, hi;
+} tms_fcf_t;
+
+void tms_conv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
+                  float* y);
+void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
+                    float* y);
+void tms_fc_f32(const tms_fcf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y);
+
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
 

@@ -29,7 +29,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir import op_name
+from ..ir import KernelEmitter, op_name, replace_bindings
 from . import kernels as K
 from . import params as P
 from .patterns import FunctionView, Match, match_binding
@@ -79,34 +79,6 @@ def has_qdq(mod) -> bool:
             if found:
                 return True
     return False
-
-
-class _Emitter:
-    """Builds kernels for matches and adds them to the module once each (structurally equal ones shared)."""
-
-    def __init__(self, mod):
-        self.bb = relax.BlockBuilder(mod)
-        self.funcs: dict = {}
-        self.const_bytes = 0
-
-    def gvar(self, func, name: str):
-        key = tvm_ffi.structural_hash(func)
-        for f, gv in self.funcs.get(key, []):
-            if tvm_ffi.structural_equal(f, func):
-                return gv
-        gv = self.bb.add_func(func, name)
-        self.bb.update_func(gv, func.with_attr("global_symbol", gv.name_hint))
-        self.funcs.setdefault(key, []).append((func, gv))
-        return gv
-
-    def const(self, arr):
-        arr = np.ascontiguousarray(arr)
-        self.const_bytes += arr.nbytes
-        return relax.const(arr)
-
-    def call(self, m: Match, func, name, args):
-        gv = self.gvar(func, name)
-        return relax.call_tir(gv, args, m.var.ty)
 
 
 def _requant(mults, shifts, offset, act, bias=None) -> tuple[K.Requant, list]:
@@ -260,7 +232,7 @@ def _lower_function(func: relax.Function, em: _Emitter, report: LoweringReport) 
         if new is not None:
             replaced[var] = new
             report.lowered[m.op] = report.lowered.get(m.op, 0) + 1
-    func = _rebuild(func, replaced)
+    func = replace_bindings(func, replaced)
     # dequantize bindings still used after the rewrite: DEQUANTIZE kernels (model outputs, float islands)
     view = FunctionView(func)
     deq = {}
@@ -272,63 +244,13 @@ def _lower_function(func: relax.Function, em: _Emitter, report: LoweringReport) 
                 if new is not None:
                     deq[var] = new
                     report.lowered["DEQUANTIZE"] = report.lowered.get("DEQUANTIZE", 0) + 1
-    func = _rebuild(func, deq)
+    func = replace_bindings(func, deq)
     report.islands += _islands(func)
     return func
 
 
 def _feeds_only_constants(view, var) -> bool:
     return isinstance(view.value[var].args[0], tvm.ir.Constant)
-
-
-def _rebuild(func: relax.Function, replaced: dict) -> relax.Function:
-    """``func`` with the bindings of ``replaced`` given new values, then dead bindings removed."""
-    if not replaced:
-        return func
-    blocks = []
-    for block in func.body.blocks:
-        bindings = [relax.VarBinding(b.var, replaced[b.var]) if isinstance(b, relax.VarBinding)
-                    and b.var in replaced else b for b in block.bindings]
-        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock)
-                      else relax.BindingBlock(bindings))
-    body = relax.SeqExpr(blocks, func.body.body)
-    new = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-    return _dead_code(new)
-
-
-def _pure(value) -> bool:
-    """True if dropping a binding of ``value`` cannot change what the function does (TVM's ``FPurity``)."""
-    if isinstance(value, (relax.Var, relax.Tuple, relax.TupleGetItem, tvm.ir.Constant)):
-        return True
-    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-            and bool(value.op.get_attr("FPurity")))
-
-
-def _dead_code(func: relax.Function) -> relax.Function:
-    """Drop pure bindings whose variables nothing uses (the float groups a kernel replaced)."""
-    used = set()
-
-    def mark(expr):
-        def visit(e):
-            if isinstance(e, relax.Var):
-                used.add(e)
-
-        relax.analysis.post_order_visit(expr, visit)
-
-    mark(func.body.body)
-    kept_blocks = []
-    for block in reversed(list(func.body.blocks)):
-        kept = []
-        for b in reversed(list(block.bindings)):
-            if b.var in used or not isinstance(b, relax.VarBinding) or not _pure(b.value):
-                kept.append(b)
-                mark(b.value)
-        kept.reverse()
-        kept_blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock)
-                           else relax.BindingBlock(kept))
-    kept_blocks.reverse()
-    return relax.Function(func.params, relax.SeqExpr(kept_blocks, func.body.body), func.ret_ty, func.is_pure,
-                          func.attrs, func.span)
 
 
 def _islands(func: relax.Function) -> list[str]:
@@ -359,7 +281,7 @@ def lower_int8(mod) -> tuple[tvm.IRModule, LoweringReport]:
     report = LoweringReport()
     if not has_qdq(mod):
         return mod, report
-    em = _Emitter(mod)
+    em = KernelEmitter(mod)
     lowered = {gv: _lower_function(func, em, report) for gv, func in mod.functions_items()
                if isinstance(func, relax.Function)}
     for gv, func in lowered.items():

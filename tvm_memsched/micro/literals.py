@@ -1,0 +1,48 @@
+"""Exact C literals for the constants of an exported model (``<name>_params.c``).
+
+Floats are written as hex literals (every bit kept), infinities and NaNs through
+``math.h``, 64-bit integers through ``INT64_C``/``UINT64_C``, and ``INT32_MIN``
+by name (``-2147483648`` is not an ``int`` literal in C).
+
+Example
+-------
+>>> import numpy as np
+>>> c_literals(np.array([0.5, -np.inf], np.float32), "float32")
+['0x1.0000000000000p-1f', '-INFINITY']
+>>> c_literals(np.array([-2 ** 31, 7], np.int32), "int32")
+['INT32_MIN', '7']
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["c_literals"]
+
+
+def c_literals(flat: np.ndarray, dtype: str) -> list[str]:
+    """Exact C literals for a flat array (hex floats; INFINITY/NAN from math.h)."""
+    if dtype in ("float32", "float64"):
+        suffix = "f" if dtype == "float32" else ""
+        out = []
+        for v in flat.tolist():
+            if math.isnan(v):
+                out.append("NAN")
+            elif math.isinf(v):
+                out.append("INFINITY" if v > 0 else "-INFINITY")
+            else:
+                out.append(float(v).hex() + suffix)
+        return out
+    if dtype == "bool":
+        return ["1" if v else "0" for v in flat.tolist()]
+    if dtype == "int64":
+        return [f"INT64_C({v})" for v in flat.tolist()]
+    if dtype == "uint64":
+        return [f"UINT64_C({v})" for v in flat.tolist()]
+    if dtype == "int32":
+        return [str(v) if v != -2 ** 31 else "INT32_MIN" for v in flat.tolist()]
+    if dtype == "uint32":
+        return [f"{v}u" for v in flat.tolist()]
+    return [str(v) for v in flat.tolist()]

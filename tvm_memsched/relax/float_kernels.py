@@ -1,0 +1,311 @@
+"""``FloatKernels``: float32 convolutions and fully connected layers as described kernels a code generator can swap.
+
+TVM legalizes ``relax.nn.conv2d`` into TOPI kernels and fuses the bias, the
+residual add and the activation behind it into one PrimFunc whose only name for
+what it computes is its body. For the microcontroller export, which runs such
+kernels on tvm_memsched's microkernel library (:mod:`tvm_memsched.micro.nn`),
+this pass replaces each chain
+
+    conv2d (NHWC, constant weights) | matmul (constant weights)
+      [-> add(constant bias)] [-> add(activation of the output's shape)] [-> relu | clip | max/min]
+
+(every intermediate used once) by one ``call_tir`` of a TE kernel computing the
+same thing, with a description (:func:`tvm_memsched.relax.int8.kernels.finish`)
+of the operator: shapes, strides, padding, dilation, bias, residual, activation
+range. Weights become constants in the kernel's layout (OHWI, depthwise
+``1HWC``, dense ``(N, K)``). The reduction runs over (kernel row, kernel column,
+input channel), as TVM's NHWC kernels and TFLite's reference kernels sum, so a
+kernel without fused multiply-add computes their very floats.
+
+Convolutions other than NHWC (an NCHW model whose layout was kept), grouped
+convolutions that are not depthwise, non-float32 or dynamic shapes are left to
+TVM.
+
+Example
+-------
+>>> FloatKernels().info.name
+'FloatKernels'
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+from tvm import relax, te, tirx
+
+from .int8.kernels import finish
+from .int8.patterns import FunctionView
+from .ir import KernelEmitter, op_name, replace_bindings, static_shape
+
+__all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatReport"]
+
+_INF = float("inf")
+
+
+def _act(y_expr, lo, hi):
+    if lo is not None and lo > -_INF:
+        y_expr = tirx.max(y_expr, tirx.const(lo, "float32"))
+    if hi is not None and hi < _INF:
+        y_expr = tirx.min(y_expr, tirx.const(hi, "float32"))
+    return y_expr
+
+
+def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depthwise: bool, has_bias: bool,
+               residual: bool, lo=None, hi=None, name: str = "conv2d_f32") -> tvm.tirx.PrimFunc:
+    """NHWC float32 convolution (``w`` OHWI) or depthwise convolution (``w`` ``(1, kh, kw, C)``), plus a
+    per-channel bias, plus a residual of the output's shape, clamped to ``[lo, hi]`` (None: unbounded).
+    Parameters: x, w, [bias], [residual], y."""
+    n_, h_, w_, c_ = x_shape
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl = padding[0], padding[1]
+    oc_ = out_shape[3]
+    x = te.placeholder(x_shape, "float32", "x")
+    w = te.placeholder(w_shape, "float32", "w")
+    params = [x, w]
+    b = te.placeholder((oc_,), "float32", "bias") if has_bias else None
+    r = te.placeholder(out_shape, "float32", "residual") if residual else None
+    params += [t for t in (b, r) if t is not None]
+    kh_, kw_ = w_shape[1], w_shape[2]
+    rh = te.reduce_axis((0, kh_), "rh")
+    rw = te.reduce_axis((0, kw_), "rw")
+    zero = tirx.const(0.0, "float32")
+    if depthwise:
+        def body(n, oh, ow, oc):
+            ih, iw = oh * sh - pt + rh * dh, ow * sw - pl + rw * dw
+            inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
+            xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), oc]
+            return te.sum(tirx.if_then_else(inside, xv * w[0, rh, rw, oc], zero), axis=[rh, rw])
+    else:
+        rc = te.reduce_axis((0, w_shape[3]), "rc")
+
+        def body(n, oh, ow, oc):
+            ih, iw = oh * sh - pt + rh * dh, ow * sw - pl + rw * dw
+            inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
+            xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), rc]
+            return te.sum(tirx.if_then_else(inside, xv * w[oc, rh, rw, rc], zero), axis=[rh, rw, rc])
+
+    acc = te.compute(out_shape, body, name="acc")
+
+    def epilogue(*i):
+        v = acc[i]
+        if b is not None:
+            v = v + b[i[-1]]
+        if r is not None:
+            v = v + r[i]
+        return _act(v, lo, hi)
+
+    y = te.compute(out_shape, epilogue, name="y")
+    desc = {"op": "depthwise_conv2d_f32" if depthwise else "conv2d_f32", "x": list(x_shape), "w": list(w_shape),
+            "y": list(out_shape), "strides": list(strides), "padding": list(padding), "dilation": list(dilation),
+            "has_bias": has_bias, "residual": residual, "lo": lo, "hi": hi}
+    return finish(params + [y], name, reduce_into="y", describe=desc)
+
+
+def dense_f32(x_shape, w_shape, *, has_bias: bool, residual: bool, lo=None, hi=None,
+              name: str = "dense_f32") -> tvm.tirx.PrimFunc:
+    """``x`` (..., K) times ``w`` (N, K) transposed, plus bias and residual, clamped. Parameters: x, w,
+    [bias], [residual], y."""
+    k_, n_ = x_shape[-1], w_shape[0]
+    out_shape = tuple(x_shape[:-1]) + (n_,)
+    x = te.placeholder(x_shape, "float32", "x")
+    w = te.placeholder(w_shape, "float32", "w")
+    b = te.placeholder((n_,), "float32", "bias") if has_bias else None
+    r = te.placeholder(out_shape, "float32", "residual") if residual else None
+    rk = te.reduce_axis((0, k_), "rk")
+    acc = te.compute(out_shape, lambda *i: te.sum(x[(*i[:-1], rk)] * w[i[-1], rk], axis=rk), name="acc")
+
+    def epilogue(*i):
+        v = acc[i]
+        if b is not None:
+            v = v + b[i[-1]]
+        if r is not None:
+            v = v + r[i]
+        return _act(v, lo, hi)
+
+    y = te.compute(out_shape, epilogue, name="y")
+    desc = {"op": "dense_f32", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "has_bias": has_bias,
+            "residual": residual, "lo": lo, "hi": hi}
+    params = [x, w] + [t for t in (b, r) if t is not None]
+    return finish(params + [y], name, reduce_into="y", describe=desc)
+
+
+# ------------------------------------------------------------------ matching
+def _const(expr):
+    return expr.value.numpy() if isinstance(expr, tvm.ir.Constant) else None
+
+
+def _f32(expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) == "float32" and \
+        static_shape(expr.ty) is not None
+
+
+def _weight_ohwi(arr: np.ndarray, layout: str) -> np.ndarray:
+    """A conv2d kernel in ``layout`` (a permutation of O, I, H, W) as OHWI."""
+    return np.ascontiguousarray(np.transpose(arr, [layout.index(c) for c in "OHWI"]))
+
+
+class FloatReport:
+    """What :func:`lower_float` replaced: operator counts."""
+
+    def __init__(self):
+        self.lowered: dict = {}
+
+    @property
+    def total(self) -> int:
+        return sum(self.lowered.values())
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.lowered.items()))
+        return f"float kernels: {self.total} ({kinds})" if self.total else "float kernels: none"
+
+
+def _chain(view: FunctionView, var, taken: set):
+    """The bias, residual and activation bound after ``var`` (each intermediate used once, none already part
+    of another chain): (last var, bias array or None, residual expr or None, lo, hi)."""
+    bias = residual = None
+    lo = hi = None
+    last = var
+    out_shape = static_shape(var.ty)
+    while view.users[last] == 1:
+        nxt = next((v for v in view.order if _reads(view.value[v], last)), None)
+        if nxt is None or nxt in taken:
+            break
+        c = view.value[nxt]
+        name = op_name(c) if isinstance(c, relax.Call) else ""
+        if name == "relax.add" and lo is None and hi is None:
+            other = c.args[1] if c.args[0].same_as(last) else c.args[0]
+            arr = _const(other)
+            if arr is not None and bias is None and residual is None and arr.size == out_shape[-1] and \
+                    arr.dtype == np.float32 and (arr.ndim == 1 or all(d == 1 for d in arr.shape[:-1])):
+                bias = arr.reshape(-1)
+            elif arr is None and residual is None and _f32(other) and static_shape(other.ty) == out_shape:
+                residual = other
+            else:
+                break
+        elif name == "relax.nn.relu":
+            lo = max(lo if lo is not None else -_INF, 0.0)
+        elif name == "relax.clip":
+            a, b = (_scalar(v) for v in (c.args[1], c.args[2]))
+            lo, hi = max(lo if lo is not None else -_INF, a), min(hi if hi is not None else _INF, b)
+        elif name in ("relax.maximum", "relax.minimum"):
+            other = c.args[1] if c.args[0].same_as(last) else c.args[0]
+            arr = _const(other)
+            if arr is None or arr.size != 1:
+                break
+            v = float(arr.reshape(-1)[0])
+            if name == "relax.maximum":
+                lo = max(lo if lo is not None else -_INF, v)
+            else:
+                hi = min(hi if hi is not None else _INF, v)
+        else:
+            break
+        last = nxt
+    return last, bias, residual, lo, hi
+
+
+def _scalar(v) -> float:
+    """A PrimValue / FloatImm / IntImm as a Python float."""
+    while hasattr(v, "value") and not isinstance(v, (int, float)):
+        v = v.value
+    return float(v)
+
+
+def _reads(value, var) -> bool:
+    return isinstance(value, relax.Call) and any(a.same_as(var) for a in value.args)
+
+
+def _match(view: FunctionView, var, taken: set):
+    """``(last var, kernel builder kwargs, arguments)`` for a chain starting at ``var``, or None."""
+    c = view.value.get(var)
+    if not isinstance(c, relax.Call) or not _f32(var):
+        return None
+    name = op_name(c)
+    if name == "relax.nn.conv2d":
+        a = c.attrs
+        w = _const(c.args[1])
+        if w is None or str(a.data_layout) != "NHWC" or str(a.out_layout) != "NHWC" or not _f32(c.args[0]):
+            return None
+        x_shape = static_shape(c.args[0].ty)
+        w = _weight_ohwi(w.astype(np.float32), str(a.kernel_layout))
+        groups = int(a.groups)
+        depthwise = groups > 1
+        if depthwise:
+            if not (groups == x_shape[3] == w.shape[0] and w.shape[3] == 1):
+                return None
+            w = np.ascontiguousarray(w.transpose(3, 1, 2, 0))          # (C,kh,kw,1) -> (1,kh,kw,C)
+        elif groups != 1:
+            return None
+        last, bias, residual, lo, hi = _chain(view, var, taken)
+        kw = dict(x_shape=tuple(x_shape), w_shape=w.shape, out_shape=tuple(static_shape(var.ty)),
+                  strides=tuple(int(v) for v in a.strides), padding=tuple(int(v) for v in a.padding),
+                  dilation=tuple(int(v) for v in a.dilation), depthwise=depthwise)
+        return last, ("conv", kw), c.args[0], w, bias, residual, lo, hi
+    if name == "relax.matmul":
+        w = _const(c.args[1])
+        x_shape = static_shape(c.args[0].ty) if _f32(c.args[0]) else None
+        if w is None or w.ndim != 2 or x_shape is None or len(x_shape) < 1 or x_shape[-1] != w.shape[0]:
+            return None
+        last, bias, residual, lo, hi = _chain(view, var, taken)
+        wt = np.ascontiguousarray(w.astype(np.float32).T)
+        return last, ("dense", dict(x_shape=tuple(x_shape), w_shape=wt.shape)), c.args[0], wt, bias, residual, lo, hi
+    return None
+
+
+def lower_float(mod) -> tuple["tvm.IRModule", FloatReport]:
+    """Replace the float32 convolution / matmul chains of ``mod["main"]`` (see the module docstring)."""
+    report = FloatReport()
+    main = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else None
+    if not isinstance(main, relax.Function):
+        return mod, report
+    mod = relax.transform.FoldConstant()(mod)
+    main = mod["main"]
+    view = FunctionView(main)
+    em = KernelEmitter(mod)
+    replaced, taken = {}, set()
+    for var in view.order:
+        if var in taken:
+            continue
+        m = _match(view, var, taken)
+        if m is None:
+            continue
+        last, (kind, kw), x, w, bias, residual, lo, hi = m
+        common = dict(has_bias=bias is not None, residual=residual is not None, lo=lo, hi=hi)
+        if kind == "conv":
+            f = conv2d_f32(**kw, **common, name="dwconv_f32" if kw["depthwise"] else "conv2d_f32")
+            op = "DEPTHWISE_CONV_2D" if kw["depthwise"] else "CONV_2D"
+        else:
+            f = dense_f32(**kw, **common)
+            op = "FULLY_CONNECTED"
+        args = [x, em.const(w)] + ([em.const(bias.astype(np.float32))] if bias is not None else []) + \
+            ([residual] if residual is not None else [])
+        gv = em.gvar(f, f.attrs["global_symbol"])
+        replaced[last] = relax.call_tir(gv, args, last.ty)
+        report.lowered[op] = report.lowered.get(op, 0) + 1
+        # the chain's intermediates are dead once the last binding computes everything
+        v = var
+        while not v.same_as(last):
+            taken.add(v)
+            v = next(u for u in view.order if _reads(view.value[u], v))
+        taken.add(last)
+    if not replaced:
+        return mod, report
+    em.bb.update_func(mod.get_global_var("main"), replace_bindings(main, replaced))
+    return em.bb.get(), report
+
+
+@tvm.transform.module_pass(opt_level=0, name="FloatKernels")
+class FloatKernels:
+    """Relax pass: float32 conv2d / matmul chains -> described TE kernels (see the module docstring).
+
+    After running, ``.report`` is a :class:`FloatReport`.
+    """
+
+    def __init__(self):
+        self.report = None
+
+    def transform_module(self, mod, ctx):
+        new, self.report = lower_float(mod)
+        return new
