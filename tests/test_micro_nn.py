@@ -78,19 +78,21 @@ def ref_conv(x, w, bias, zp_in, stride, pad, dil, out_hw, depthwise):
     kh, kw = w.shape[1], w.shape[2]
     oc = w.shape[3] if depthwise else w.shape[0]
     oh, ow = out_hw
-    acc = np.zeros((n, oh, ow, oc), np.int64) + bias
-    xs = x.astype(np.int64) - zp_in
+    real = np.issubdtype(x.dtype, np.floating)
+    kind = np.float64 if real else np.int64
+    acc = np.zeros((n, oh, ow, oc), kind) + bias
+    xs = x.astype(kind) - zp_in
     for ky in range(kh):
         for kx in range(kw):
             iy = np.arange(oh) * stride[0] - pad[0] + ky * dil[0]
             ix = np.arange(ow) * stride[1] - pad[1] + kx * dil[1]
             vy, vx = (iy >= 0) & (iy < h), (ix >= 0) & (ix < wd)
-            patch = np.zeros((n, oh, ow, c), np.int64)
+            patch = np.zeros((n, oh, ow, c), kind)
             patch[:, vy[:, None] & vx[None, :]] = xs[:, iy[vy]][:, :, ix[vx]].reshape(n, -1, c)
             if depthwise:
-                acc += patch * w[0, ky, kx].astype(np.int64)
+                acc += patch * w[0, ky, kx].astype(kind)
             else:
-                acc += np.einsum("nhwc,oc->nhwo", patch, w[:, ky, kx].astype(np.int64))
+                acc += np.einsum("nhwc,oc->nhwo", patch, w[:, ky, kx].astype(kind))
     return acc
 
 
@@ -430,3 +432,140 @@ def test_zoo_kws_model_in_qemu_is_bit_identical_to_tflite_micro_and_faster_than_
     assert check_against_tflite(buf, x, rf.outputs)["ok"]
     assert rf.macs == fast.macs == zoo.get_net("ds_cnn").total_macs()
     assert rf.instructions < rs.instructions
+
+
+# ------------------------------------------------------------------ float32 kernels
+class ConvF(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint16) for n in ("batch", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c")] + \
+        [(n, ctypes.c_uint8) for n in ("kh", "kw", "sh", "sw", "dh", "dw")] + \
+        [(n, ctypes.c_int16) for n in ("pad_t", "pad_l")] + [("flags", ctypes.c_uint8)] + \
+        [(n, ctypes.c_float) for n in ("lo", "hi")]
+
+
+class FcF(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint16) for n in ("rows", "in_n", "out_n")] + [("flags", ctypes.c_uint8)] + \
+        [(n, ctypes.c_float) for n in ("lo", "hi")]
+
+
+def float_conv_case(rng, depthwise):
+    desc, x8, w8, _, _, _ = random_conv(rng, depthwise)
+    x = rng.standard_normal(x8.shape).astype(np.float32)
+    w = rng.standard_normal(w8.shape).astype(np.float32)
+    oc = desc["y"][3]
+    bias = rng.standard_normal(oc).astype(np.float32) if rng.integers(2) else None
+    res = rng.standard_normal(desc["y"]).astype(np.float32) if rng.integers(2) else None
+    lo, hi = [(None, None), (0.0, None), (0.0, 6.0), (-1.0, 1.0)][int(rng.integers(4))]
+    d = dict(desc, op=desc["op"] + "_f32", has_bias=bias is not None, residual=res is not None, lo=lo, hi=hi)
+    return d, x, w, bias, res
+
+
+def float_expected(d, x, w, bias, res):
+    dw = d["op"].startswith("depthwise")
+    acc = ref_conv(x.astype(np.float64), w.astype(np.float64), 0, 0, d["strides"], d["padding"], d["dilation"],
+                   d["y"][1:3], dw)
+    acc = acc + (bias if bias is not None else 0) + (res if res is not None else 0)
+    return np.clip(acc, d["lo"] if d["lo"] is not None else -np.inf, d["hi"] if d["hi"] is not None else np.inf)
+
+
+def run_float_conv(lib, d, x, w, bias, res, fma, y_in_x=None):
+    prm = ConvF(**nn._convf_params(d, fma))
+    n, oh, ow, oc = d["y"]
+    size = n * oh * ow * oc
+    if y_in_x is None:
+        y, xa = np.zeros(size, np.float32), np.ascontiguousarray(x)
+    else:                                   # the output starts y_in_x bytes below the input, in one buffer
+        shared = np.zeros((max(x.nbytes + y_in_x, size * 4) + 16) // 4, np.float32)
+        shared[y_in_x // 4:y_in_x // 4 + x.size] = x.reshape(-1)
+        xa, y = shared[y_in_x // 4:], shared
+    fn = lib.tms_dwconv_f32 if d["op"].startswith("depthwise") else lib.tms_conv_f32
+    null = ctypes.c_void_p(None)
+    fn(ctypes.byref(prm), ptr(xa), ptr(np.ascontiguousarray(w)), ptr(bias) if bias is not None else null,
+       ptr(res) if res is not None else null, ptr(y))
+    return y[:size].reshape(d["y"])
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
+@pytest.mark.parametrize("fma", [True, False], ids=["fma", "separate"])
+def test_float_convolutions_match_on_random_shapes(lib, depthwise, fma):
+    rng = np.random.default_rng(31 + depthwise)
+    for case in range(40):
+        d, x, w, bias, res = float_conv_case(rng, depthwise)
+        got = run_float_conv(lib, d, x, w, bias, res, fma)
+        want = float_expected(d, x, w, bias, res)
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-5), (case, d)
+
+
+def test_float_fully_connected(lib):
+    rng = np.random.default_rng(9)
+    for case in range(30):
+        rows, k, n = int(rng.integers(1, 4)), int(rng.integers(1, 50)), int(rng.integers(1, 23))
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        res = rng.standard_normal((rows, n)).astype(np.float32) if case % 2 else None
+        d = {"op": "dense_f32", "x": [rows, k], "w": [n, k], "y": [rows, n], "has_bias": True,
+             "residual": res is not None, "lo": 0.0 if case % 3 else None, "hi": None}
+        prm = FcF(**nn._fcf_params(d, True))
+        y = np.zeros((rows, n), np.float32)
+        lib.tms_fc_f32(ctypes.byref(prm), ptr(x), ptr(w), ptr(bias), ptr(res) if res is not None else
+                       ctypes.c_void_p(None), ptr(y))
+        want = x.astype(np.float64) @ w.T.astype(np.float64) + bias + (res if res is not None else 0)
+        want = np.maximum(want, 0) if d["lo"] is not None else want
+        assert np.allclose(y, want, rtol=1e-5, atol=1e-5), case
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
+def test_float_in_place_at_the_lag_the_tir_analysis_allows(lib, depthwise):
+    from tvm_memsched.relax.float_kernels import conv2d_f32
+    from tvm_memsched.relax.inplace import kernel_inplace_shifts
+
+    rng = np.random.default_rng(17)
+    tried = 0
+    for case in range(40):
+        d, x, w, _, _ = float_conv_case(rng, depthwise)
+        d = dict(d, has_bias=False, residual=False)
+        if d["x"][0] != 1 or math.prod(d["y"]) > x.size:
+            continue
+        f = conv2d_f32(tuple(d["x"]), tuple(d["w"]), tuple(d["y"]), strides=tuple(d["strides"]),
+                       padding=tuple(d["padding"]), dilation=tuple(d["dilation"]), depthwise=depthwise,
+                       has_bias=False, residual=False, lo=d["lo"], hi=d["hi"])
+        shifts = [s for i, o, s in kernel_inplace_shifts(f, 2) if i == 0]
+        if not shifts:
+            continue
+        got = run_float_conv(lib, d, x, w, None, None, True, y_in_x=min(shifts))
+        assert np.allclose(got, float_expected(d, x, w, None, None), rtol=1e-5, atol=1e-5), (case, d)
+        tried += 1
+    assert tried >= 8
+
+
+def float_models():
+    from tvm_memsched import zoo
+
+    return {"resnet8": zoo.tflite("resnet8", "float32"), "ds_cnn": zoo.tflite("ds_cnn", "float32")}
+
+
+@pytest.mark.parametrize("fma", [False, True], ids=["tvm-floats", "fma"])
+def test_float_export_is_tvms_floats_without_fma(fma, tmp_path):
+    """Without fused multiply-add the library computes TVM's very floats (same products, same order)."""
+    from tvm_memsched import micro
+    from tvm_memsched.relax.frontend import from_tflite_bytes
+
+    mod = from_tflite_bytes(float_models()["ds_cnn"])
+    exp = micro.export(mod, "mps2-an386", str(tmp_path), measure=False, float_fma=fma, kernels="fast")
+    assert {"conv2d_f32", "depthwise_conv2d_f32", "dense_f32"} <= set(exp.library_kernels.values())
+    r = micro.run_host(exp, cflags=["-ffp-contract=off"])
+    assert r.ok, r.summary()
+    assert r.max_abs_err == 0 or fma, r.summary()
+
+
+@pytest.mark.slow
+def test_float_models_in_qemu_beat_tvm_kernels(tmp_path):
+    from tvm_memsched import micro
+    from tvm_memsched.relax.frontend import from_tflite_bytes
+
+    mod = from_tflite_bytes(float_models()["resnet8"])
+    fast = micro.export(mod, "mps2-an386", str(tmp_path / "fast"), check_fit=False, kernels="fast")
+    tvmk = micro.export(mod, "mps2-an386", str(tmp_path / "tvm"), check_fit=False, kernels="tvm")
+    x = micro.default_inputs(fast)
+    rf, rt = micro.run_qemu(fast, x, atol=1e-4, rtol=1e-4), micro.run_qemu(tvmk, x)
+    assert rf.ok and rt.ok and rf.instructions < rt.instructions / 3
