@@ -13,7 +13,8 @@ its full-integer file, or a path to a ``.tflite``), on one QEMU board:
   and the SHA-256 of its output bytes. This uses the measuring tool
   ``tflm_cortexm`` (``--tflm-tool``; its README says how to fetch and build the
   sources into the ``--tflm-src`` folder, about 15 minutes once): the tool
-  builds and runs TFLite Micro, this script only calls it and reads its lines;
+  builds and runs TFLite Micro for its board (``mps2-an386``; give ``--board``
+  the same one), this script only calls it and reads its lines;
 * **TVM default**: ``micro.export(planner="tvm", int8=False)``: TVM's own
   import (dequantize -> float -> quantize for int8 files), kernels, order and
   ``StaticPlanBlockMemory`` plan, exported to the same C runtime;
@@ -103,9 +104,10 @@ def output_sha(outputs) -> str:
 _LINE = re.compile(r"^(\S+) (reference|cmsis_nn) (.*)$")
 
 
-def tflm_firmware(tool: str, src: str, path: str, pattern: int, timeout: float = 3600) -> dict:
+def tflm_firmware(tool: str, src: str, path: str, pattern: int, configs: str = "reference cmsis_nn",
+                  timeout: float = 3600) -> dict:
     """``{config: {instructions, arena_used, flash, static_ram, out_sha}}`` from the tool's output lines."""
-    env = dict(os.environ, TFLM_CM=src, INPUT_PATTERN=str(pattern), CONFIGS="reference cmsis_nn")
+    env = dict(os.environ, TFLM_CM=src, INPUT_PATTERN=str(pattern), CONFIGS=configs)
     proc = subprocess.run(["bash", os.path.join(tool, "build_and_run.sh"), path], env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -147,7 +149,8 @@ def _side(exp, run, seconds) -> dict:
             "export_seconds": round(seconds, 1)}
 
 
-def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | None, tvm_kernels: bool) -> dict:
+def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | None, tvm_kernels: bool,
+              configs: str = "reference cmsis_nn") -> dict:
     name, buf = load(spec)
     print(f"== {name}", flush=True)
     t0 = time.perf_counter()
@@ -169,8 +172,8 @@ def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | Non
         path = os.path.join(work, f"{name}.tflite")
         with open(path, "wb") as f:
             f.write(buf)
-        print("   TFLite Micro firmware (reference, CMSIS-NN) ...", flush=True)
-        firmware = tflm_firmware(tool, src, path, pattern)
+        print(f"   TFLite Micro firmware ({configs}) ...", flush=True)
+        firmware = tflm_firmware(tool, src, path, pattern, configs)
     ours, r_ours, s_ours = run_side(mod, board, os.path.join(work, name, "ours"), inputs)
     plain = run_side(mod, board, os.path.join(work, name, "ours_tvm_kernels"), inputs, kernels="tvm") \
         if tvm_kernels else None
@@ -279,20 +282,20 @@ def main(argv=None) -> int:
                          "firmware side by side (instructions, flash, output bytes)")
     ap.add_argument("--tflm-tool", metavar="DIR", default=DEFAULT_TOOL,
                     help="the tflm_cortexm measuring tool (build_and_run.sh; default: %(default)s)")
+    ap.add_argument("--tflm-configs", default="reference cmsis_nn",
+                    help="the TFLite Micro builds to measure (the tool's CONFIGS; default: %(default)s)")
     ap.add_argument("--tvm-kernels", action="store_true",
                     help="also run our export with TVM's C for every kernel (kernels='tvm')")
     args = ap.parse_args(argv)
     if args.tflm_src and not os.path.exists(os.path.join(args.tflm_tool, "build_and_run.sh")):
         ap.error(f"--tflm-tool {args.tflm_tool}: no build_and_run.sh there")
-    if args.board not in ("mps2-an386", ) and args.tflm_src:
-        ap.error("the TFLite Micro firmware is built for mps2-an386 (Cortex-M4F) only")
     os.makedirs(args.out, exist_ok=True)
     rows, skipped = [], []
     with tempfile.TemporaryDirectory() as work:
         for spec in args.models:
             try:
                 rows.append(bench_one(spec, args.board, work, args.tflm_tool if args.tflm_src else None,
-                                      args.tflm_src, args.tvm_kernels))
+                                      args.tflm_src, args.tvm_kernels, args.tflm_configs))
             except MemschedError as e:          # e.g. custom operators: said, and the next model
                 print(f"   skipped: {e}", flush=True)
                 skipped.append({"model": spec, "reason": str(e)})

@@ -1436,10 +1436,35 @@ TMS_INLINE void dwf_pixel_impl(const int fused, const tms_convf_t* p, const floa
 }
 TMS_FLAG(dwf_pixel, (const tms_convf_t* p, const float* xb, const float* w, const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi, int inside), p, xb, w, bias, res, y, oy, ox, oi, inside)
 
+/* A 1x1 depthwise convolution with stride 1: a per-channel scale (a folded batch norm), element by
+ * element (in place: each output after its own input). */
+TMS_INLINE void dwf_scale_impl(const int fused, const tms_convf_t* p, const float* x, const float* w,
+                               const float* bias, const float* res, float* y) {
+  const int32_t C = p->in_c, pixels = p->batch * p->out_h * p->out_w;
+  for (int32_t i = 0, k = 0; i < pixels; ++i)
+    for (int32_t c = 0; c < C; ++c, ++k) y[k] = fepilogue(p, madd(fused, x[k], w[c], 0.0f), bias, res, c, k);
+}
+TMS_DRIVER void dwf_scale_f0(const tms_convf_t* p, const float* x, const float* w, const float* bias,
+                             const float* res, float* y) {
+  dwf_scale_impl(0, p, x, w, bias, res, y);
+}
+TMS_DRIVER void dwf_scale_f1(const tms_convf_t* p, const float* x, const float* w, const float* bias,
+                             const float* res, float* y) {
+  dwf_scale_impl(1, p, x, w, bias, res, y);
+}
+
 void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
                     float* y) {
   const int fused = (p->flags & TMS_F_FMA) != 0;
   const int32_t C = p->in_c, span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
+  if (p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pad_t == 0 && p->pad_l == 0 &&
+      p->in_h == p->out_h && p->in_w == p->out_w) {
+    if (fused)
+      dwf_scale_f1(p, x, w, bias, res, y);
+    else
+      dwf_scale_f0(p, x, w, bias, res, y);
+    return;
+  }
   for (int32_t b = 0; b < p->batch; ++b) {
     const float* xb = x + (int32_t)b * p->in_h * p->in_w * C;
     int32_t oi = b * p->out_h * p->out_w * C;
