@@ -569,3 +569,19 @@ def test_float_models_in_qemu_beat_tvm_kernels(tmp_path):
     x = micro.default_inputs(fast)
     rf, rt = micro.run_qemu(fast, x, atol=1e-4, rtol=1e-4), micro.run_qemu(tvmk, x)
     assert rf.ok and rt.ok and rf.instructions < rt.instructions / 3
+
+
+def test_board_database_says_which_cores_take_the_dsp_path(tmp_path):
+    """The library picks its path from __ARM_FEATURE_DSP; the board database must agree for every board."""
+    from tvm_memsched.micro.boards import BOARDS
+    from tvm_memsched.micro.toolchain import find_tool
+
+    try:
+        cc = find_tool("arm-none-eabi-gcc")
+    except Exception:
+        pytest.skip("no arm-none-eabi-gcc")
+    src = tmp_path / "probe.c"
+    src.write_text("#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP\nint dsp = 1;\n#else\nint dsp = 0;\n#endif\n")
+    for board in BOARDS.values():
+        out = subprocess.run([cc, *board.cflags(), "-E", "-P", str(src)], capture_output=True, text=True, check=True)
+        assert ("dsp = 1" in out.stdout) == board.dsp, board.name

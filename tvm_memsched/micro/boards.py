@@ -20,6 +20,8 @@ Example
 ('Cortex-M4F', 4194304, 'mps2-an386')
 >>> get_board("sparkfun_edge").qemu_stand_in
 'mps2-an386'
+>>> get_board("mps2-an385").dsp, get_board("mps2-an386").dsp
+(False, True)
 >>> get_board("nucleo_f746zg").cflags()
 ['-mcpu=cortex-m7', '-mthumb', '-mfloat-abi=hard', '-mfpu=fpv5-sp-d16']
 """
@@ -57,6 +59,12 @@ class Board:
     qemu_stand_in: str | None = None
 
     @property
+    def dsp(self) -> bool:
+        """Whether the core has the DSP extension (SMLAD, SXTB16, ...: ARMv7E-M and ARMv8-M Mainline with DSP):
+        the microkernel library's dual 16-bit multiply-accumulate path; plain C elsewhere."""
+        return self.cpu in _DSP_CPUS
+
+    @property
     def runnable(self) -> bool:
         """Whether :func:`~tvm_memsched.micro.run_qemu` can run builds for this board."""
         return self.emulator is not None
@@ -81,9 +89,12 @@ class Board:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "description": self.description, "core": self.core, "cpu": self.cpu,
-                "fpu": self.fpu, "sram_bytes": self.sram_bytes, "flash_bytes": self.flash_bytes,
+                "fpu": self.fpu, "dsp": self.dsp, "sram_bytes": self.sram_bytes, "flash_bytes": self.flash_bytes,
                 "qemu_machine": self.qemu_machine, "qemu_stand_in": self.qemu_stand_in}
 
+
+#: GCC -mcpu values whose cores have the DSP extension (the compiler then defines __ARM_FEATURE_DSP)
+_DSP_CPUS = frozenset({"cortex-m4", "cortex-m7", "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85"})
 
 _LIST = [
     # QEMU machines (hw/arm/mps2.c): 4 MiB SSRAM1 for code at 0, 4 MiB SSRAM2&3 for data at 0x20000000
@@ -137,9 +148,10 @@ def get_board(board) -> Board:
 
 def boards_table() -> str:
     """A text table of the known boards (name, core, SRAM, flash, QEMU)."""
-    rows = [("board", "core", "SRAM", "flash", "QEMU")]
+    rows = [("board", "core", "DSP", "SRAM", "flash", "QEMU")]
     for b in _LIST:
         qemu = b.qemu_machine or (f"stand-in {b.qemu_stand_in}" if b.qemu_stand_in else "-")
-        rows.append((b.name, b.core, f"{b.sram_bytes // KiB} KiB", f"{b.flash_bytes // KiB} KiB", qemu))
+        rows.append((b.name, b.core, "yes" if b.dsp else "no", f"{b.sram_bytes // KiB} KiB",
+                     f"{b.flash_bytes // KiB} KiB", qemu))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
