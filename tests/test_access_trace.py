@@ -138,3 +138,50 @@ def test_untraceable_kernels_are_never_shifted():
     func = _func(par)
     assert access_times(func) is None
     assert kernel_inplace_shifts(func, 1) == []
+
+
+# ------------------------------------------------------------------ bounds (the compile-time analysis)
+def test_bounds_equal_the_trace_when_every_loop_is_enumerated():
+    """access_spans at full enumeration gives the tracer's (oracle's) shift on 120 random kernels."""
+    from tvm_memsched.relax.access_bounds import access_spans, span_shift
+
+    for cfg in _configs(120, 7):
+        func = _func(kernel_source(cfg)[0])
+        t = access_times(func)
+        assert span_shift(access_spans(func), 0, 1) == overlap_shift(t[0], t[1]), cfg
+
+
+@pytest.mark.parametrize("budget", [1, 3, 17, 64])
+def test_coarse_bounds_are_never_below_the_trace(budget):
+    """Fewer steps only widen the bounds: a coarse shift is at least the exact one (so it is safe)."""
+    from tvm_memsched.relax.access_bounds import access_spans, span_shift
+
+    for cfg in _configs(40, budget):
+        func = _func(kernel_source(cfg)[0])
+        t = access_times(func)
+        exact = overlap_shift(t[0], t[1])
+        coarse = span_shift(access_spans(func, max_steps=budget), 0, 1)
+        assert coarse is None or (exact is not None and coarse >= exact), cfg
+
+
+def test_bounds_of_a_large_kernel_take_little_time_and_memory():
+    """A depthwise convolution with 2**33 instance-element pairs: no tracing, bounded steps, the right lag."""
+    import time
+    import tracemalloc
+
+    from tvm_memsched.relax.access_bounds import MAX_STEPS, access_spans, span_shift
+    from tvm_memsched.relax.int8.kernels import Requant, conv2d
+
+    c, h, w = 512, 160, 160
+    f = conv2d((1, h, w, c), (1, 3, 3, c), (1, h, w, c), strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1),
+               groups=1, depth_multiplier=1, in_offset=3, requant=Requant(1 << 30, -3, 0), has_bias=False)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    spans = access_spans(f)
+    shift = span_shift(spans, 0, 2)
+    seconds = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert spans.steps <= MAX_STEPS and peak < 256 << 20 and seconds < 30
+    # one row and one pixel of lag (the pixel's own window taken as read after its writes at this granularity)
+    assert (w + 1) * c <= shift <= (w + 2) * c

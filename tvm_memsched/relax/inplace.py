@@ -19,8 +19,8 @@ exact through scheduling):
 
 Anything else (a read of a neighbour element, a reduction over ``i``, ``i``
 read after ``o`` is first written) is not same-index safe.
-:func:`kernel_inplace_shifts` then traces the kernel's loop nest
-(:mod:`~tvm_memsched.relax.access_trace`) for a **shifted** overlap: the output
+:func:`kernel_inplace_shifts` then bounds the kernel's loop nest
+(:mod:`~tvm_memsched.relax.access_bounds`, in bounded memory) for a **shifted** overlap: the output
 starts ``shift`` bytes below the input, far enough that no write lands on an
 input byte a later iteration still reads (a depthwise convolution or a pooling
 lags one input row and one pixel behind its writes). ``call_tir_inplace``
@@ -46,7 +46,7 @@ import tvm_ffi
 from tvm import relax, tirx
 from tvm.s_tir import SBlock
 
-from .access_trace import access_times, overlap_shift
+from .access_bounds import access_spans, span_shift
 from .workspace import walk_stmts
 
 __all__ = ["kernel_inplace_pairs", "kernel_inplace_shifts", "InplaceAnalyzer", "allow_aliasing", "candidate_kernels",
@@ -309,15 +309,37 @@ def kernel_inplace_shifts(func, n_inputs: int, same_shape=None) -> list[tuple[in
     rest = [(i, o) for o in range(n_inputs, len(params)) for i in range(n_inputs) if (i, o) not in exact]
     if not rest:
         return out
-    times = access_times(func)
-    if times is None:
+    spans = _spans(func)
+    if spans is None:
         return out
     for i, o in rest:
-        if i in times and o in times:
-            shift = overlap_shift(times[i], times[o])
-            if shift is not None:
-                out.append((i, o, shift))
+        shift = span_shift(spans, i, o)
+        if shift is not None:
+            out.append((i, o, shift))
     return sorted(out)
+
+
+#: access bounds per kernel body (structural hash), shared by every pass of a compile
+_SPANS: dict = {}
+_SPANS_LIMIT = 4096
+
+
+def _spans(func):
+    """:func:`~tvm_memsched.relax.access_bounds.access_spans` of ``func``, computed once per distinct body."""
+    import tvm_ffi
+
+    from .ir import strip_attrs
+
+    stripped = strip_attrs(func)
+    key = tvm_ffi.structural_hash(stripped)
+    for f, spans in _SPANS.get(key, ()):
+        if tvm_ffi.structural_equal(f, stripped):
+            return spans
+    spans = access_spans(stripped)
+    if sum(len(v) for v in _SPANS.values()) >= _SPANS_LIMIT:
+        _SPANS.clear()
+    _SPANS.setdefault(key, []).append((stripped, spans))
+    return spans
 
 
 def _same_type(a, b) -> bool:

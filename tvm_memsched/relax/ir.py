@@ -14,7 +14,7 @@ from tvm import relax
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["KernelEmitter", "replace_bindings", "drop_dead_bindings", "pure_binding", "model_macs", "dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
+__all__ = ["strip_attrs", "KernelEmitter", "replace_bindings", "drop_dead_bindings", "pure_binding", "model_macs", "dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
            "shape_values", "field_types"]
 
 #: ops whose result is a view of (aliases) their tensor input: no new memory
@@ -237,3 +237,10 @@ def drop_dead_bindings(func: relax.Function) -> relax.Function:
     kept_blocks.reverse()
     return relax.Function(func.params, relax.SeqExpr(kept_blocks, func.body.body), func.ret_ty, func.is_pure,
                           func.attrs, func.span)
+
+
+def strip_attrs(func):
+    """A PrimFunc without any attribute: what is left to compare when passes rename or annotate it."""
+    for key in list(func.attrs.keys()) if func.attrs is not None else []:
+        func = func.without_attr(key)
+    return func

@@ -30,9 +30,10 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
+from ..ir import strip_attrs
 from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
 
-__all__ = ["Requant", "Chain", "DESCRIPTION", "description", "strip_attrs", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
+__all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
            "mean", "quantize", "prelu", "softmax", "schedule_reductions", "finish", "OPAQUE"]
 
 #: TVM's ``OpPatternKind::kOpaque``
@@ -93,13 +94,6 @@ class Chain:
 
 #: PrimFunc attribute describing what an integer kernel computes (JSON; see :func:`finish`)
 DESCRIPTION = "tvm_memsched.nn"
-
-
-def strip_attrs(func) -> tvm.tirx.PrimFunc:
-    """``func`` without any attribute (what its structural hash in :data:`DESCRIPTION` covers)."""
-    for key in list(func.attrs.keys()) if func.attrs is not None else []:
-        func = func.without_attr(key)
-    return func
 
 
 def description(func) -> dict | None:
