@@ -115,6 +115,9 @@ def cmd_compare(args) -> int:
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
                 layout=args.layout, inline_producers=not args.no_inline_producers)
     print(c.summary())
+    if args.profile:
+        print("compile time per pass (own time, nested passes excluded):")
+        print(c.profile())
     if untiled is not None:
         ok, line = _tiled_vs_untiled(untiled, mod, args.target, run=not args.no_run)
         c0 = compare(untiled, args.target, method=args.method, time_limit=args.time_limit, name=name, run=False,
@@ -236,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="llvm", help="TVM target kind (default llvm)")
     s.add_argument("--json", metavar="OUT.json", help="also write the comparison as JSON")
     s.add_argument("--no-run", action="store_true", help="skip the numerical check")
+    s.add_argument("--profile", action="store_true",
+                   help="also print the seconds each compiler pass took, on both sides")
     s.add_argument("--no-inplace", action="store_true",
                    help="never let a kernel output take over a dying input (default: where the kernel's TIR "
                         "proves it safe)")

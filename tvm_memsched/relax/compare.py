@@ -38,6 +38,7 @@ from .arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
 from .layout import ChannelsFirstReduction, convolutions_to
 from .pipeline import pipeline, resolve_layout
+from .profiling import PassTimer, peak_rss
 from .transform import ArenaPlanMemory
 from .shrink_constants import shrink_constants as shrink_constants_
 from .target import as_target, stages
@@ -86,6 +87,14 @@ class Comparison:
     inplace_taken: int = 0                                # kernel outputs our plan put over a dying input
     largest_tensor_bytes: int = 0                         # our largest activation: no in-place plan goes below
     tiling: dict | None = None                            # compare(tile=...): the patch tiling search
+    analysis_seconds: float = 0.0                         # the report's own analysis (not in the compile times)
+    default_peak_rss_bytes: int = 0                       # the compiler's peak resident memory, each side
+    memsched_peak_rss_bytes: int = 0
+    default_rss_growth_bytes: int = 0                     # ... above what the process held when it started
+    memsched_rss_growth_bytes: int = 0
+    common_pass_seconds: dict = field(default_factory=dict)    # seconds per pass: the shared stages, then
+    default_pass_seconds: dict = field(default_factory=dict)   # each side's own
+    memsched_pass_seconds: dict = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
@@ -100,6 +109,19 @@ class Comparison:
             for k in ("default_profile", "memsched_profile", "layout"):
                 d.pop(k)
         return d
+
+    def profile(self, n: int = 12) -> str:
+        """The slowest passes of each side (the shared dispatch and legalization counted on both)."""
+        from .profiling import profile_table
+
+        def both(side: dict) -> dict:
+            merged = dict(self.common_pass_seconds)
+            for k, v in side.items():
+                merged[k] = merged.get(k, 0.0) + v
+            return merged
+
+        return profile_table({"TVM default": both(self.default_pass_seconds),
+                              "tvm_memsched": both(self.memsched_pass_seconds)}, n)
 
     def summary(self) -> str:
         mb = lambda n: f"{n / 1e6:.3f} MB"  # noqa: E731
@@ -124,11 +146,16 @@ class Comparison:
             f"  numerics: {'identical' if self.max_abs_diff == 0 else 'max abs diff %.3g' % self.max_abs_diff}"
             f" ({'ok' if self.numerics_ok else 'MISMATCH'})",
             f"  compile: TVM {self.default_compile_seconds:.2f}s, ours {self.memsched_compile_seconds:.2f}s "
-            f"(scheduling {self.scheduling_seconds:.2f}s)",
+            f"({self.memsched_compile_seconds / max(1e-9, self.default_compile_seconds):.2f}x; scheduling "
+            f"{self.scheduling_seconds:.2f}s; this report's analysis {self.analysis_seconds:.2f}s more)",
+            f"  compiler peak resident memory: TVM {self.default_peak_rss_bytes / 1e6:.0f} MB, ours "
+            f"{self.memsched_peak_rss_bytes / 1e6:.0f} MB (growth during the compile "
+            f"{self.default_rss_growth_bytes / 1e6:.0f} MB / {self.memsched_rss_growth_bytes / 1e6:.0f} MB)",
         ]
         if self.default_run_seconds is not None:
             lines.append(f"  run time (VM, median): TVM {self.default_run_seconds * 1e3:.2f} ms, ours "
-                         f"{self.memsched_run_seconds * 1e3:.2f} ms")
+                         f"{self.memsched_run_seconds * 1e3:.2f} ms "
+                         f"({self.memsched_run_seconds / max(1e-12, self.default_run_seconds):.2f}x)")
         if self.int8:
             lines.insert(1, f"  {self.int8['summary']}; our integer outputs vs TVM's float emulation: "
                             f"max {self.int8_max_lsb_vs_default:g} LSB (numerics checked against TVM's default "
@@ -244,74 +271,87 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     k = names.index("StaticPlanBlockMemory")
     extra = list(options.pop("extra_passes", ()))
     ws_mode = options.pop("workspace", "lowered")
+    timers = {side: PassTimer() for side in ("common", "default", "memsched")}
+
+    def passes(side):
+        return tvm.transform.PassContext(opt_level=3, instruments=[timers[side]])
+
     with target:
         t0 = time.perf_counter()
-        fused = tvm.transform.Sequential(st["dispatch"] + st["legalize"])(mod)
+        with peak_rss() as rss_common, passes("common"):
+            fused = tvm.transform.Sequential(st["dispatch"] + st["legalize"])(mod)
         t_common = time.perf_counter() - t0
-        meter = WorkspaceMeter(fused, target, ws_mode)
-        # ---- TVM default
+        # ---- TVM default (timed: what building it costs; the analysis for the report comes after)
         t0 = time.perf_counter()
-        d_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1])(fused)
-        d_live, d_live_ws, d_graphs = block_peaks(d_lowered, meter)
-        d_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(d_lowered)
-        d_plannable = plannable_live_peak(d_pre)
-        d_planned_mod = tvm.transform.Sequential(st["finalize"][k:k + 1])(d_pre)
-        d_storages = collect_plans(d_planned_mod)
-        d_final = tvm.transform.Sequential(st["finalize"][k + 1:])(d_planned_mod)
-        d_ex = tvm.compile(d_final, target, relax_pipeline=None)
+        with peak_rss() as rss_default, passes("default"):
+            d_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1])(fused)
+            d_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(d_lowered)
+            d_planned_mod = tvm.transform.Sequential(st["finalize"][k:k + 1])(d_pre)
+            d_final = tvm.transform.Sequential(st["finalize"][k + 1:])(d_planned_mod)
+            d_ex = tvm.compile(d_final, target, relax_pipeline=None)
         t_default = time.perf_counter() - t0 + t_common
         # ---- ours (ShrinkWorkspace and extra passes run after FuseTIR, as in pipeline())
         t0 = time.perf_counter()
-        ours_mod, int8_report, tiling = mod, None, None
-        if tile:
-            from .tiling import PatchTiling
+        with peak_rss() as rss_ours, passes("memsched"):
+            ours_mod, int8_report, tiling = mod, None, None
+            if tile:
+                from .tiling import PatchTiling
 
-            tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
-            ours_mod = tiling(mod)
-        untiled = ours_mod is mod
-        if int8:
-            from .int8.lower import lower_int8
+                tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
+                ours_mod = tiling(mod)
+            untiled = ours_mod is mod
+            if int8:
+                from .int8.lower import lower_int8
 
-            base = ours_mod
-            ours_mod, int8_report = lower_int8(base)
-            if not int8_report.total:
-                ours_mod, int8_report = base, None
-        rewrites = []
-        if rewrite:
-            from .rewrite import identity_rewrite
+                base = ours_mod
+                ours_mod, int8_report = lower_int8(base)
+                if not int8_report.total:
+                    ours_mod, int8_report = base, None
+            rewrites = []
+            if rewrite:
+                from .rewrite import identity_rewrite
 
-            kw = dict(rewrite) if isinstance(rewrite, dict) else {}
-            kw.setdefault("target", target)
-            r_mod, r_report = identity_rewrite(ours_mod, **kw)
-            rewrites = [asdict(site) for site in r_report.sites]
-            ours_mod = r_mod if rewrites else ours_mod
-        if shrink_constants:
-            ours_mod = shrink_constants_(ours_mod)[0]
-        conv_layout = resolve_layout(options.get("layout", "auto"), options.get("inplace", True))
-        if conv_layout:
-            ours_mod = convolutions_to(ours_mod, conv_layout.rstrip("?"), boundary_only=conv_layout.endswith("?"))[0]
-        m_base = fused if ours_mod is mod else tvm.transform.Sequential(st["dispatch"] + st["legalize"])(ours_mod)
-        p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
-                     shrink_workspace=shrink_workspace, shrink_constants=False, **options)
-        reorder, arena = p.reorder, p.arena
-        kernel_passes = [q for q in (p.inline, p.shrink) if q is not None] + extra
-        if conv_layout:                # acts only on convolutions ConvolutionLayout converted
-            kernel_passes.append(ChannelsFirstReduction())
-        m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
+                kw = dict(rewrite) if isinstance(rewrite, dict) else {}
+                kw.setdefault("target", target)
+                r_mod, r_report = identity_rewrite(ours_mod, **kw)
+                rewrites = [asdict(site) for site in r_report.sites]
+                ours_mod = r_mod if rewrites else ours_mod
+            if shrink_constants:
+                ours_mod = shrink_constants_(ours_mod)[0]
+            conv_layout = resolve_layout(options.get("layout", "auto"), options.get("inplace", True))
+            if conv_layout:
+                ours_mod = convolutions_to(ours_mod, conv_layout.rstrip("?"),
+                                           boundary_only=conv_layout.endswith("?"))[0]
+            m_base = fused if ours_mod is mod else \
+                tvm.transform.Sequential(st["dispatch"] + st["legalize"])(ours_mod)
+            p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
+                         shrink_workspace=shrink_workspace, shrink_constants=False, **options)
+            reorder, arena = p.reorder, p.arena
+            kernel_passes = [q for q in (p.inline, p.shrink) if q is not None] + extra
+            if conv_layout:                # acts only on convolutions ConvolutionLayout converted
+                kernel_passes.append(ChannelsFirstReduction())
+            m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
+            m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
+            m_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(m_lowered)
+            m_planned_mod = arena(m_pre)
+            m_final = tvm.transform.Sequential(st["finalize"][k + 1:])(m_planned_mod)
+            m_ex = tvm.compile(m_final, target, relax_pipeline=None)
+        t_ours = time.perf_counter() - t0 + t_common
+        # ---- what the report adds: live peaks of both orders, the plans, our plan without in-place
+        t0 = time.perf_counter()
+        meter = WorkspaceMeter(fused, target, ws_mode)
+        d_live, d_live_ws, d_graphs = block_peaks(d_lowered, meter)
+        d_plannable = plannable_live_peak(d_pre)
+        d_storages = collect_plans(d_planned_mod)
         m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
-        m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
         m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter, inplace=arena.inplace)
-        m_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(m_lowered)
         m_plannable = plannable_live_peak(m_pre, inplace=arena.inplace)
-        m_planned_mod = arena(m_pre)
         m_storages = collect_plans(m_planned_mod)
         no_inplace = None
         if arena.inplace:              # the same order planned without in-place, for the report
             plain = ArenaPlanMemory(alignment=arena.alignment, exact=arena.exact, inplace=False)
             no_inplace = sum(sum(v) for v in collect_plans(plain(m_pre)).values())
-        m_final = tvm.transform.Sequential(st["finalize"][k + 1:])(m_planned_mod)
-        m_ex = tvm.compile(m_final, target, relax_pipeline=None)
-        t_ours = time.perf_counter() - t0 + t_common
+        t_analysis = time.perf_counter() - t0
     ws = [meter(gv) for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     m_ws = [m_meter(gv) for gv, f in m_fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     numerics_ok, diff, lsb, t_d, t_m = True, 0.0, None, None, None
@@ -343,6 +383,13 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         memsched_workspace_max_bytes=max(m_ws or [0]),
         numerics_ok=numerics_ok, max_abs_diff=diff,
         default_compile_seconds=round(t_default, 3), memsched_compile_seconds=round(t_ours, 3),
+        analysis_seconds=round(t_analysis, 3),
+        default_peak_rss_bytes=max(rss_common.peak_bytes, rss_default.peak_bytes),
+        memsched_peak_rss_bytes=max(rss_common.peak_bytes, rss_ours.peak_bytes),
+        default_rss_growth_bytes=rss_common.growth_bytes + rss_default.growth_bytes,
+        memsched_rss_growth_bytes=rss_common.growth_bytes + rss_ours.growth_bytes,
+        common_pass_seconds=_rounded(timers["common"].seconds), default_pass_seconds=_rounded(timers["default"].seconds),
+        memsched_pass_seconds=_rounded(timers["memsched"].seconds),
         scheduling_seconds=round(sum(r.seconds for r in reorder.report), 3),
         optimal=all(r.optimal for r in reorder.report if not r.status.startswith("skipped")),
         functions=[f.to_dict() for f in arena.report], blocks=blocks,
@@ -353,6 +400,10 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         default_run_seconds=t_d, memsched_run_seconds=t_m,
         largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0),
         tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None)
+
+
+def _rounded(seconds: dict) -> dict:
+    return {k: round(v, 4) for k, v in seconds.items()}
 
 
 def _max_abs_diff(a, b) -> float:

@@ -82,6 +82,31 @@ class _ClipRewriter(PyExprMutator):
         return call
 
 
+@mutator
+class _ConstantTransposes(PyExprMutator):
+    """``permute_dims`` of a constant (the weights ConvertLayout re-lays) as the transposed constant, by numpy:
+    ``FoldConstant`` would compile and run a kernel for each."""
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.permute_dims" and \
+                isinstance(call.args[0], tvm.ir.Constant):
+            import numpy as np
+
+            arr = call.args[0].value.numpy()
+            axes = [int(a) for a in call.attrs.axes] if call.attrs.axes is not None else None
+            return relax.const(np.ascontiguousarray(np.transpose(arr, axes)))
+        return call
+
+
+def _fold_constant_transposes(mod):
+    new = mod.clone()
+    for gv, f in mod.functions_items():
+        if isinstance(f, relax.Function):
+            new[gv] = _ConstantTransposes().visit_expr(f)
+    return new
+
+
 def _clip_as_min_max(mod):
     new = mod.clone()
     for gv, f in mod.functions_items():
@@ -158,7 +183,7 @@ def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -
         return mod, 0
     try:
         new = relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, LAYOUTS[layout]]})(_clip_as_min_max(mod))
-        new = relax.transform.DeadCodeElimination()(new)
+        new = relax.transform.DeadCodeElimination()(_fold_constant_transposes(new))
         if boundary_only and _transforms(new) - _transforms(mod) > _boundaries(mod):
             log.info("ConvolutionLayout: %s would add transposes inside the network; layout kept", layout)
             return mod, 0
