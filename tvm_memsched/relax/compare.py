@@ -114,14 +114,8 @@ class Comparison:
         """The slowest passes of each side (the shared dispatch and legalization counted on both)."""
         from .profiling import profile_table
 
-        def both(side: dict) -> dict:
-            merged = dict(self.common_pass_seconds)
-            for k, v in side.items():
-                merged[k] = merged.get(k, 0.0) + v
-            return merged
-
-        return profile_table({"TVM default": both(self.default_pass_seconds),
-                              "tvm_memsched": both(self.memsched_pass_seconds)}, n)
+        return profile_table({"TVM default": _merge(self.common_pass_seconds, self.default_pass_seconds),
+                              "tvm_memsched": _merge(self.common_pass_seconds, self.memsched_pass_seconds)}, n)
 
     def summary(self) -> str:
         mb = lambda n: f"{n / 1e6:.3f} MB"  # noqa: E731
@@ -336,7 +330,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             m_planned_mod = arena(m_pre)
             m_final = tvm.transform.Sequential(st["finalize"][k + 1:])(m_planned_mod)
             m_ex = tvm.compile(m_final, target, relax_pipeline=None)
-        t_ours = time.perf_counter() - t0 + t_common
+        t_ours = time.perf_counter() - t0 + (t_common if m_base is fused else 0.0)
         # ---- what the report adds: live peaks of both orders, the plans, our plan without in-place
         t0 = time.perf_counter()
         meter = WorkspaceMeter(fused, target, ws_mode)
@@ -385,10 +379,12 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         default_compile_seconds=round(t_default, 3), memsched_compile_seconds=round(t_ours, 3),
         analysis_seconds=round(t_analysis, 3),
         default_peak_rss_bytes=max(rss_common.peak_bytes, rss_default.peak_bytes),
-        memsched_peak_rss_bytes=max(rss_common.peak_bytes, rss_ours.peak_bytes),
+        memsched_peak_rss_bytes=max(rss_common.peak_bytes if m_base is fused else 0, rss_ours.peak_bytes),
         default_rss_growth_bytes=rss_common.growth_bytes + rss_default.growth_bytes,
-        memsched_rss_growth_bytes=rss_common.growth_bytes + rss_ours.growth_bytes,
-        common_pass_seconds=_rounded(timers["common"].seconds), default_pass_seconds=_rounded(timers["default"].seconds),
+        memsched_rss_growth_bytes=(rss_common.growth_bytes if m_base is fused else 0) + rss_ours.growth_bytes,
+        common_pass_seconds=_rounded(timers["common"].seconds) if m_base is fused else {},
+        default_pass_seconds=_rounded(timers["default"].seconds if m_base is fused else
+                                      _merge(timers["common"].seconds, timers["default"].seconds)),
         memsched_pass_seconds=_rounded(timers["memsched"].seconds),
         scheduling_seconds=round(sum(r.seconds for r in reorder.report), 3),
         optimal=all(r.optimal for r in reorder.report if not r.status.startswith("skipped")),
@@ -400,6 +396,13 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         default_run_seconds=t_d, memsched_run_seconds=t_m,
         largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0),
         tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None)
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def _rounded(seconds: dict) -> dict:

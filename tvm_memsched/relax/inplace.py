@@ -322,6 +322,26 @@ def kernel_inplace_shifts(func, n_inputs: int, same_shape=None) -> list[tuple[in
 #: access bounds per kernel body (structural hash), shared by every pass of a compile
 _SPANS: dict = {}
 _SPANS_LIMIT = 4096
+#: kernel_inplace_shifts per (kernel body, inputs, same-shape pairs), likewise
+_SHIFTS: dict = {}
+
+
+def _shifts_cached(func, n_in: int, same: tuple) -> list:
+    """:func:`kernel_inplace_shifts` with ``same_shape`` given as the pairs that match, once per kernel body."""
+    import tvm_ffi
+
+    from .ir import strip_attrs
+
+    stripped = strip_attrs(func)
+    key = (tvm_ffi.structural_hash(stripped), n_in, same)
+    for f, out in _SHIFTS.get(key, ()):
+        if tvm_ffi.structural_equal(f, stripped):
+            return out
+    out = kernel_inplace_shifts(func, n_in, lambda i, o: (i, o) in same)
+    if sum(len(v) for v in _SHIFTS.values()) >= _SPANS_LIMIT:
+        _SHIFTS.clear()
+    _SHIFTS.setdefault(key, []).append((stripped, out))
+    return out
 
 
 def _spans(func):
@@ -372,8 +392,8 @@ class InplaceAnalyzer:
         n_in = len(args) - n_outputs
         key = (gvar.name_hint, n_in, tuple((str(a.ty) if hasattr(a, "ty") else "") for a in args))
         if key not in self._cache:
-            self._cache[key] = kernel_inplace_shifts(
-                func, n_in, lambda i, o: _same_type(args[i], args[o]))
+            same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
+            self._cache[key] = _shifts_cached(func, n_in, same)
         return self._cache[key]
 
 

@@ -172,9 +172,9 @@ def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -
     functions have boundaries (inputs and results); operators without a layout rule, such as
     ShuffleNet's channel shuffle by reshape and transpose, or the crops of a patch-tiled stage, get a
     transpose before and after, and those copies cost more than channels-last overlaps save.
-    Nor when transposing the result back (both layouts of it alive together) needs more than the
-    model's own estimated peak: in a small network whose result is its largest tensor, that copy
-    is the peak.
+    Nor when the result is transposed back (both layouts of it alive together) and the converted
+    network's estimated peak exceeds the model's own (dead code removed): in a small network whose
+    result is its largest tensor, that copy is the peak.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown convolution layout {layout!r}; use one of {', '.join(LAYOUTS)}")
@@ -188,8 +188,9 @@ def convolutions_to(mod, layout: str = "NHWC", *, boundary_only: bool = False) -
             log.info("ConvolutionLayout: %s would add transposes inside the network; layout kept", layout)
             return mod, 0
         copy = _result_copy_bytes(new)
-        if boundary_only and copy and copy > _peak_estimate(mod):
-            log.info("ConvolutionLayout: %s would transpose the result beyond the model's peak; layout kept", layout)
+        if boundary_only and copy and _peak_estimate(new) > _peak_estimate(relax.transform.DeadCodeElimination()(mod)):
+            log.info("ConvolutionLayout: %s with the result transposed back would raise the estimated peak; "
+                     "layout kept", layout)
             return mod, 0
         if layout == "NHWC":                       # ChannelsFirstReduction restores the NCHW summation order
             new = new.with_attr(CONVERTED_ATTR, True)

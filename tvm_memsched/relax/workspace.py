@@ -137,10 +137,29 @@ def lower_func(func, target, name: str = "main"):
     return lowered[name]
 
 
+#: lowered workspace per (kernel body, target): every pass and report of a compile asks about the same kernels
+_LOWERED: dict = {}
+_LOWERED_LIMIT = 8192
+
+
 def lowered_workspace_bytes(func, target, name: str = "main") -> int:
-    """:func:`workspace_bytes` of ``func`` lowered for ``target`` (unlowered if lowering fails)."""
+    """:func:`workspace_bytes` of ``func`` lowered for ``target`` (unlowered if lowering fails); computed once per
+    distinct kernel body and target."""
+    import tvm_ffi
+
+    from .ir import strip_attrs
+
+    key_func = strip_attrs(func)
+    key = (tvm_ffi.structural_hash(key_func), str(target))
+    for f, n in _LOWERED.get(key, ()):
+        if tvm_ffi.structural_equal(f, key_func):
+            return n
     try:
-        func = lower_func(func, target, name)
+        lowered = lower_func(func, target, name)
     except Exception:  # lowering a lone kernel can fail on exotic functions: fall back
-        pass
-    return workspace_bytes(func)
+        lowered = func
+    n = workspace_bytes(lowered)
+    if sum(len(v) for v in _LOWERED.values()) >= _LOWERED_LIMIT:
+        _LOWERED.clear()
+    _LOWERED.setdefault(key, []).append((key_func, n))
+    return n
