@@ -47,6 +47,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,10 @@ def output_sha(outputs) -> str:
 
 # ------------------------------------------------------------------ TFLite Micro from source (the tool)
 _LINE = re.compile(r"^(\S+) (reference|cmsis_nn) (.*)$")
+
+
+#: the arena of the tool's first firmware build (build_and_run.sh, pass 1)
+TOOL_ARENA = 1 << 20
 
 
 def tflm_firmware(tool: str, src: str, path: str, pattern: int, configs: str = "reference cmsis_nn",
@@ -204,10 +209,14 @@ def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | Non
     row["instructions_per_mac"] = round(ins / macs, 2) if ins and macs else None
     cm = (firmware or {}).get("cmsis_nn", {})
     row["vs_cmsis_nn"] = round(ins / cm["instructions"], 3) if ins and cm.get("instructions") else None
+    ref = (firmware or {}).get("reference", {})
+    row["vs_reference"] = round(ins / ref["instructions"], 3) if ins and ref.get("instructions") else None
     row["firmware_identical"] = {cfg: v.get("out_sha") == row["ours"]["out_sha"]
                                  for cfg, v in (firmware or {}).items() if "out_sha" in v}
     print(f"   ours {ins:,} instructions ({row['instructions_per_mac']} per MAC)"
           + (f", {row['vs_cmsis_nn']}x TFLite Micro + CMSIS-NN ({cm['instructions']:,})" if row["vs_cmsis_nn"]
+             else "")
+          + (f", {row['vs_reference']}x TFLite Micro reference ({ref['instructions']:,})" if row["vs_reference"]
              else "")
           + f" | RAM {row['ours']['ram_bytes']:,} B ({row['ram_vs_tflm']}x TFLM's arena), flash "
             f"{row['ours']['flash_bytes']:,} B | outputs vs TFLM: max diff {diff}"
@@ -238,15 +247,15 @@ def markdown(rows, board) -> str:
              "stack estimate + I/O buffers. Instructions: QEMU's count for one inference (`-icount shift=0`).", "",
              "## Speed", "",
              "| model | MACs | TFLM ref. | TFLM CMSIS-NN | TVM default | ours, TVM's kernels | ours | per MAC "
-             "| ours / CMSIS-NN | outputs |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| ours / ref. | ours / CMSIS-NN | outputs |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         fw = r.get("tflm_firmware") or {}
         same = r.get("firmware_identical") or {}
         check = ("bit-identical" if r["tflm_identical"] else f"max abs diff {r['tflm_max_abs_diff']:.3g}") \
             + (" (and the firmware's bytes)" if same and all(same.values()) else "") \
             + ("" if r["tflm"] else " (vs LiteRT: TFLite Micro cannot run it)")
-        ratio = f"{r['vs_cmsis_nn']:.2f}x" if r.get("vs_cmsis_nn") else "-"
+        ratio = " | ".join(f"{r[k]:.2f}x" if r.get(k) else "-" for k in ("vs_reference", "vs_cmsis_nn"))
         lines.append(f"| {r['model']} | {r['macs']:,} | {_n(fw.get('reference', {}).get('instructions'))} | "
                      f"{_n(fw.get('cmsis_nn', {}).get('instructions'))} | {_instr(r['default'])} | "
                      f"{_instr(r.get('ours_tvm_kernels'))} | {_instr(r['ours'])} | "
@@ -264,6 +273,16 @@ def markdown(rows, board) -> str:
         lines.append(f"| {r['model']} | {r['file_bytes']:,} | {arena} | {flash} | {d['ram_bytes']:,} | "
                      f"{o['ram_bytes']:,} | {ratio} | {_n(d['flash_bytes'])} | {_n(o['flash_bytes'])} | "
                      f"{r['flash_vs_file']}x |")
+    failures = [(r, cfg, v["failed"]) for r in rows for cfg, v in (r.get("tflm_firmware") or {}).items()
+                if "failed" in v]
+    if failures:
+        lines += ["", "TFLite Micro firmware that did not run:", ""]
+        for r, cfg, why in failures:
+            big = r["tflm"] and r["tflm"]["min_arena"] > TOOL_ARENA
+            why = re.sub(r"^FAILED |\s*\(see [^)]*\)", "", why)
+            lines.append(f"* {r['model']} ({cfg}): {why}" + (
+                f" (the tool's firmware has a {TOOL_ARENA:,} B arena; TFLite Micro needs "
+                f"{r['tflm']['min_arena']:,} B for this file)" if big else ""))
     lines += ["", "Int8 lowering and kernels per model:", ""]
     for r in rows:
         if r["int8"]:
@@ -300,12 +319,14 @@ def main(argv=None) -> int:
                 print(f"   skipped: {e}", flush=True)
                 skipped.append({"model": spec, "reason": str(e)})
     meta = {"board": args.board, "machine": platform.machine(), "python": platform.python_version(),
-            "tflm_commit": _tflm_commit(args.tflm_src)}
+            "tflm_commit": _tflm_commit(args.tflm_src),
+            "command": "python scripts/bench_micro.py " + shlex.join(sys.argv[1:])}
     with open(os.path.join(args.out, "micro.json"), "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "rows": rows, "skipped": skipped}, f, indent=1)
     text = markdown(rows, args.board) + "".join(f"\nSkipped {s['model']}: {s['reason']}\n" for s in skipped)
     if meta["tflm_commit"]:
         text += f"\nTFLite Micro commit {meta['tflm_commit']}.\n"
+    text += f"\nCommand: `{meta['command']}`\n"
     with open(os.path.join(args.out, "micro.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text)
