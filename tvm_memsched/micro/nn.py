@@ -358,6 +358,16 @@ def params_fit(kernel: NnKernel) -> bool:
     return _fits(params)
 
 
+def _with_scratch(kernel: NnKernel, ctype: str, call: str) -> list[str]:
+    """C lines that take the kernel's scratch (``col_bytes``) from the planned workspace, end ``call`` (an
+    unfinished argument list) with it, and give it back."""
+    return ["  int32_t dev_id = 0;",
+            f"  {ctype}* scratch = ({ctype}*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t){kernel.col_bytes}ULL, 0, 8);",
+            "  if (scratch == NULL) return -1;",
+            f"  {call}scratch);",
+            "  if (TVMBackendFreeWorkspace(1, dev_id, scratch) != 0) return -1;"]
+
+
 def wrapper_source(kernel: NnKernel, sym: str) -> str:
     """The C function ``__tvm_ffi_<sym>`` computing ``kernel`` with the library (arguments as :func:`repack`
     leaves them: input, packed weights, channel table, output; pools: input, output)."""
@@ -367,20 +377,12 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
     body = [_SIGNATURE.format(sym=sym), "  (void)self_handle; (void)num_args; (void)result;"]
     if op == "conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
-        body += ["  int32_t dev_id = 0;",
-                 f"  int8_t* col = (int8_t*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t){kernel.col_bytes}ULL, 0, 8);",
-                 "  if (col == NULL) return -1;",
-                 f"  tms_conv_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
-                 f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, col);",
-                 "  if (TVMBackendFreeWorkspace(1, dev_id, col) != 0) return -1;"]
+        body += _with_scratch(kernel, "int8_t", f"tms_conv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
+                              f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, ")
     elif op == "depthwise_conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
-        body += ["  int32_t dev_id = 0;",
-                 f"  void* scratch = TVMBackendAllocWorkspace(1, dev_id, (uint64_t){kernel.col_bytes}ULL, 0, 8);",
-                 "  if (scratch == NULL) return -1;",
-                 f"  tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
-                 f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, scratch);",
-                 "  if (TVMBackendFreeWorkspace(1, dev_id, scratch) != 0) return -1;"]
+        body += _with_scratch(kernel, "void", f"tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
+                              f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, ")
     elif op == "dense":
         head.append(_struct("tms_fc_t", var, _fc_params(d)))
         body.append(f"  tms_fc_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "

@@ -44,6 +44,20 @@ __all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatRepor
 _INF = float("inf")
 
 
+def _epilogue(acc, out_shape, b, r, lo, hi):
+    """``y = clamp(acc + bias[channel] + residual)``: the fused tail of every float kernel."""
+
+    def body(*i):
+        v = acc[i]
+        if b is not None:
+            v = v + b[i[-1]]
+        if r is not None:
+            v = v + r[i]
+        return _act(v, lo, hi)
+
+    return te.compute(out_shape, body, name="y")
+
+
 def _act(y_expr, lo, hi):
     if lo is not None and lo > -_INF:
         y_expr = tirx.max(y_expr, tirx.const(lo, "float32"))
@@ -89,15 +103,7 @@ def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depth
 
     acc = te.compute(out_shape, body, name="acc")
 
-    def epilogue(*i):
-        v = acc[i]
-        if b is not None:
-            v = v + b[i[-1]]
-        if r is not None:
-            v = v + r[i]
-        return _act(v, lo, hi)
-
-    y = te.compute(out_shape, epilogue, name="y")
+    y = _epilogue(acc, out_shape, b, r, lo, hi)
     desc = {"op": "depthwise_conv2d_f32" if depthwise else "conv2d_f32", "x": list(x_shape), "w": list(w_shape),
             "y": list(out_shape), "strides": list(strides), "padding": list(padding), "dilation": list(dilation),
             "has_bias": has_bias, "residual": residual, "lo": lo, "hi": hi}
@@ -117,15 +123,7 @@ def dense_f32(x_shape, w_shape, *, has_bias: bool, residual: bool, lo=None, hi=N
     rk = te.reduce_axis((0, k_), "rk")
     acc = te.compute(out_shape, lambda *i: te.sum(x[(*i[:-1], rk)] * w[i[-1], rk], axis=rk), name="acc")
 
-    def epilogue(*i):
-        v = acc[i]
-        if b is not None:
-            v = v + b[i[-1]]
-        if r is not None:
-            v = v + r[i]
-        return _act(v, lo, hi)
-
-    y = te.compute(out_shape, epilogue, name="y")
+    y = _epilogue(acc, out_shape, b, r, lo, hi)
     desc = {"op": "dense_f32", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "has_bias": has_bias,
             "residual": residual, "lo": lo, "hi": hi}
     params = [x, w] + [t for t in (b, r) if t is not None]

@@ -337,6 +337,23 @@ static void im2col(const tms_conv_t* p, const int8_t* x, int32_t oy, int32_t ox,
  * around every channel pair. Loop state lives in a small stack frame. Outputs are packed two per
  * halfword (y0[c..c+1], y1[c..c+1]); an activation range narrower than int8 is applied to all four at
  * once with SSUB8/SEL. Same arithmetic as rq_fast. */
+/* Assembly text shared by the hand-scheduled loops below. TMS_ASM_RQ: requantise the accumulator in
+ * register ``acc`` as rq_fast does (multiplier in r7, shifts in r8, 2 zp + 1 in r12), leaving the int8
+ * value sign-extended in ``acc``. TMS_ASM_CLAMP4: clamp the four int8 lanes of ``v`` to the lanes of
+ * ``lo`` and ``hi`` (``t`` is clobbered). */
+#define TMS_ASM_RQ(acc)                                                                   \
+  "lsl " acc ", " acc ", #1\n\t"                                                          \
+  "smmulr " acc ", " acc ", r7\n\t"                                                       \
+  "sub " acc ", " acc ", " acc ", lsr #31\n\t"                                             \
+  "asr " acc ", " acc ", r8\n\t"                                                          \
+  "add " acc ", " acc ", r12\n\t"                                                         \
+  "ssat " acc ", #8, " acc ", asr #1\n\t"
+#define TMS_ASM_CLAMP4(v, lo, hi, t)                                                      \
+  "ssub8 " t ", " v ", " lo "\n\t"                                                        \
+  "sel " v ", " v ", " lo "\n\t"                                                          \
+  "ssub8 " t ", " hi ", " v "\n\t"                                                        \
+  "sel " v ", " v ", " hi "\n\t"
+
 typedef struct {
   const int8_t* col;     /*  0: the two interleaved columns */
   const int8_t* w;       /*  4: packed weights of the first pair */
@@ -396,41 +413,18 @@ __attribute__((naked, noinline)) static void conv_pairs_m4(const tms_job_t* job 
       "ldr r2, [sp, #8]\n\t"          /* ch */
       "ldr r12, [r0, #28]\n\t"        /* z21 */
       "ldrd r7, r8, [r2, #4]\n\t"     /* channel 0: mult, shifts */
-      "lsl r3, r3, #1\n\t"
-      "smmulr r3, r3, r7\n\t"
-      "sub r3, r3, r3, lsr #31\n\t"
-      "asr r3, r3, r8\n\t"
-      "add r3, r3, r12\n\t"
-      "ssat r3, #8, r3, asr #1\n\t"
-      "lsl r5, r5, #1\n\t"
-      "smmulr r5, r5, r7\n\t"
-      "sub r5, r5, r5, lsr #31\n\t"
-      "asr r5, r5, r8\n\t"
-      "add r5, r5, r12\n\t"
-      "ssat r5, #8, r5, asr #1\n\t"
+      TMS_ASM_RQ("r3")
+      TMS_ASM_RQ("r5")
       "ldrd r7, r8, [r2, #16]\n\t"    /* channel 1 */
-      "lsl r4, r4, #1\n\t"
-      "smmulr r4, r4, r7\n\t"
-      "sub r4, r4, r4, lsr #31\n\t"
-      "asr r4, r4, r8\n\t"
-      "add r4, r4, r12\n\t"
-      "ssat r4, #8, r4, asr #1\n\t"
-      "lsl r6, r6, #1\n\t"
-      "smmulr r6, r6, r7\n\t"
-      "sub r6, r6, r6, lsr #31\n\t"
-      "asr r6, r6, r8\n\t"
-      "add r6, r6, r12\n\t"
-      "ssat r6, #8, r6, asr #1\n\t"
+      TMS_ASM_RQ("r4")
+      TMS_ASM_RQ("r6")
       "bfi r3, r4, #8, #8\n\t"        /* y0[c], y0[c+1] */
       "bfi r5, r6, #8, #8\n\t"        /* y1[c], y1[c+1] */
       "ldr r7, [r0, #40]\n\t"
       "cbz r7, 3f\n\t"
       "pkhbt r3, r3, r5, lsl #16\n\t" /* four bytes: clamp them at once */
       "ldrd r7, r8, [r0, #32]\n\t"
-      "ssub8 r9, r3, r7\n\t"
-      "sel r3, r3, r7\n\t"
-      "ssub8 r9, r8, r3\n\t"
-      "sel r3, r3, r8\n\t"
+      TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")
       "lsr r5, r3, #16\n\t"
       "3:\n\t"
       "ldr lr, [sp, #12]\n\t"         /* y0 */
@@ -471,19 +465,23 @@ TMS_INLINE void conv_two_impl(const int mode, const int8_t* col, const int8_t* w
 }
 TMS_MODES(conv_two, (const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4, int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o), col, w, ch, K4, oc, y0, y1, o)
 
-/* All output channels of the pixel in column slot 0. */
-TMS_INLINE void conv_one_impl(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4,
-                         int32_t oc, int8_t* y0, const tms_out_t* o) {
-  for (int32_t c = 0; c < oc; c += 2, w += 2 * K4) {
-    int n1 = c + 1 < oc;
+
+
+/* All ``n`` output channels of one input row of ``K`` elements at ``x`` (``xstep`` 4: contiguous, as a
+ * fully connected layer's; 8: slot 0 of an interleaved convolution column, K a multiple of 4), weights
+ * in channel pairs of K4 = K rounded up to 4 elements. */
+TMS_INLINE void fc_row_impl(const int mode, const int8_t* x, int32_t xstep, const int8_t* w, const tms_chan_t* ch,
+                            int32_t K, int32_t n, int8_t* y, const tms_out_t* o) {
+  const int32_t K4 = (K + 3) & ~3;
+  for (int32_t c = 0; c < n; c += 2, w += 2 * K4) {
+    int n1 = c + 1 < n;
     int32_t acc[2] = {ch[c].bias, n1 ? ch[c + 1].bias : 0};
-    dot_1x2(col, 8, w, K4, acc);
-    y0[c] = out1(mode, ch + c, acc[0], o);
-    if (n1) y0[c + 1] = out1(mode, ch + c + 1, acc[1], o);
+    dot_1x2(x, xstep, w, K, acc);
+    y[c] = out1(mode, ch + c, acc[0], o);
+    if (n1) y[c + 1] = out1(mode, ch + c + 1, acc[1], o);
   }
 }
-TMS_MODES(conv_one, (const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4, int32_t oc, int8_t* y0, const tms_out_t* o), col, w, ch, K4, oc, y0, o)
-
+TMS_MODES(fc_row, (const int8_t* x, int32_t xstep, const int8_t* w, const tms_chan_t* ch, int32_t K, int32_t n, int8_t* y, const tms_out_t* o), x, xstep, w, ch, K, n, y, o)
 
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
                  int8_t* col) {
@@ -524,7 +522,7 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
       if (two)
         TMS_BY_MODE(mode, conv_two, col, w, tab + 1, K4, oc, y0, y0 + oc, &o);
       else
-        TMS_BY_MODE(mode, conv_one, col, w, tab + 1, K4, oc, y0, &o);
+        TMS_BY_MODE(mode, fc_row, col, 8, w, tab + 1, K4, oc, y0, &o);
     }
   }
 }
@@ -599,43 +597,20 @@ __attribute__((naked, noinline)) static void fc_groups_m4(const tms_fcjob_t* job
       "ldr lr, [sp, #0]\n\t"
       "ldr r12, [lr, #24]\n\t"        /* z21 */
       "ldrd r7, r8, [r0, #4]\n\t"
-      "lsl r3, r3, #1\n\t"
-      "smmulr r3, r3, r7\n\t"
-      "sub r3, r3, r3, lsr #31\n\t"
-      "asr r3, r3, r8\n\t"
-      "add r3, r3, r12\n\t"
-      "ssat r3, #8, r3, asr #1\n\t"
+      TMS_ASM_RQ("r3")
       "ldrd r7, r8, [r0, #16]\n\t"
-      "lsl r4, r4, #1\n\t"
-      "smmulr r4, r4, r7\n\t"
-      "sub r4, r4, r4, lsr #31\n\t"
-      "asr r4, r4, r8\n\t"
-      "add r4, r4, r12\n\t"
-      "ssat r4, #8, r4, asr #1\n\t"
+      TMS_ASM_RQ("r4")
       "ldrd r7, r8, [r0, #28]\n\t"
-      "lsl r5, r5, #1\n\t"
-      "smmulr r5, r5, r7\n\t"
-      "sub r5, r5, r5, lsr #31\n\t"
-      "asr r5, r5, r8\n\t"
-      "add r5, r5, r12\n\t"
-      "ssat r5, #8, r5, asr #1\n\t"
+      TMS_ASM_RQ("r5")
       "ldrd r7, r8, [r0, #40]\n\t"
-      "lsl r6, r6, #1\n\t"
-      "smmulr r6, r6, r7\n\t"
-      "sub r6, r6, r6, lsr #31\n\t"
-      "asr r6, r6, r8\n\t"
-      "add r6, r6, r12\n\t"
-      "ssat r6, #8, r6, asr #1\n\t"
+      TMS_ASM_RQ("r6")
       "bfi r3, r4, #8, #8\n\t"
       "bfi r3, r5, #16, #8\n\t"
       "bfi r3, r6, #24, #8\n\t"
       "ldr r7, [lr, #36]\n\t"
       "cbz r7, 3f\n\t"
       "ldrd r7, r8, [lr, #28]\n\t"
-      "ssub8 r9, r3, r7\n\t"
-      "sel r3, r3, r7\n\t"
-      "ssub8 r9, r8, r3\n\t"
-      "sel r3, r3, r8\n\t"
+      TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")
       "3:\n\t"
       "ldr r7, [sp, #12]\n\t"
       "str r3, [r7], #4\n\t"
@@ -651,18 +626,6 @@ __attribute__((naked, noinline)) static void fc_groups_m4(const tms_fcjob_t* job
 }
 #endif
 
-TMS_INLINE void fc_row_impl(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
-                       int32_t n, int8_t* y, const tms_out_t* o) {
-  const int32_t K4 = (K + 3) & ~3;
-  for (int32_t c = 0; c < n; c += 2, w += 2 * K4) {
-    int n1 = c + 1 < n;
-    int32_t acc[2] = {ch[c].bias, n1 ? ch[c + 1].bias : 0};
-    dot_1x2(x, 4, w, K, acc);
-    y[c] = out1(mode, ch + c, acc[0], o);
-    if (n1) y[c + 1] = out1(mode, ch + c + 1, acc[1], o);
-  }
-}
-TMS_MODES(fc_row, (const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K, int32_t n, int8_t* y, const tms_out_t* o), x, w, ch, K, n, y, o)
 
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
   const int32_t K = p->in_n, n = p->out_n;
@@ -677,12 +640,12 @@ void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_ch
       job.x = x;
       job.y = y;
       fc_groups_m4(&job);
-      if (n4 < n) fc_row(mode, x, w + n4 * K, tab + 1 + n4, K, n - n4, y + n4, &o);
+      if (n4 < n) fc_row(mode, x, 4, w + n4 * K, tab + 1 + n4, K, n - n4, y + n4, &o);
     }
     return;
   }
 #endif
-  for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) TMS_BY_MODE(mode, fc_row, x, w, tab + 1, K, n, y, &o);
+  for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) TMS_BY_MODE(mode, fc_row, x, 4, w, tab + 1, K, n, y, &o);
 }
 
 /* ------------------------------------------------------------------ DEPTHWISE_CONV_2D */
@@ -855,43 +818,20 @@ __attribute__((naked, noinline)) static void dw_row_m4(const tms_dwjob_t* job __
       "ldr lr, [sp, #0]\n\t"
       "ldr r12, [lr, #32]\n\t"        /* z21 */
       "ldrd r7, r8, [r1, #4]\n\t"
-      "lsl r3, r3, #1\n\t"
-      "smmulr r3, r3, r7\n\t"
-      "sub r3, r3, r3, lsr #31\n\t"
-      "asr r3, r3, r8\n\t"
-      "add r3, r3, r12\n\t"
-      "ssat r3, #8, r3, asr #1\n\t"
+      TMS_ASM_RQ("r3")
       "ldrd r7, r8, [r1, #16]\n\t"
-      "lsl r4, r4, #1\n\t"
-      "smmulr r4, r4, r7\n\t"
-      "sub r4, r4, r4, lsr #31\n\t"
-      "asr r4, r4, r8\n\t"
-      "add r4, r4, r12\n\t"
-      "ssat r4, #8, r4, asr #1\n\t"
+      TMS_ASM_RQ("r4")
       "ldrd r7, r8, [r1, #28]\n\t"
-      "lsl r5, r5, #1\n\t"
-      "smmulr r5, r5, r7\n\t"
-      "sub r5, r5, r5, lsr #31\n\t"
-      "asr r5, r5, r8\n\t"
-      "add r5, r5, r12\n\t"
-      "ssat r5, #8, r5, asr #1\n\t"
+      TMS_ASM_RQ("r5")
       "ldrd r7, r8, [r1, #40]\n\t"
-      "lsl r6, r6, #1\n\t"
-      "smmulr r6, r6, r7\n\t"
-      "sub r6, r6, r6, lsr #31\n\t"
-      "asr r6, r6, r8\n\t"
-      "add r6, r6, r12\n\t"
-      "ssat r6, #8, r6, asr #1\n\t"
+      TMS_ASM_RQ("r6")
       "bfi r3, r4, #8, #8\n\t"
       "bfi r3, r5, #16, #8\n\t"
       "bfi r3, r6, #24, #8\n\t"
       "ldr r7, [lr, #44]\n\t"
       "cbz r7, 3f\n\t"
       "ldrd r7, r8, [lr, #36]\n\t"
-      "ssub8 r9, r3, r7\n\t"
-      "sel r3, r3, r7\n\t"
-      "ssub8 r9, r8, r3\n\t"
-      "sel r3, r3, r8\n\t"
+      TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")
       "3:\n\t"
       "ldr r7, [sp, #12]\n\t"
       "str r3, [r7], #4\n\t"
@@ -1111,37 +1051,20 @@ void tms_lut_s8(uint32_t n, const int8_t* x, const int8_t* table, int8_t* y) {
 
 /* ------------------------------------------------------------------ pooling */
 #if TMS_DSP
-/* per-byte signed max(a, b) / min(a, b) of four int8 lanes */
-TMS_INLINE int32_t max8x4(int32_t a, int32_t b) {
+/* per-byte signed max(a, b) (take_max) or min(a, b) of four int8 lanes; take_max is a constant at every call */
+TMS_INLINE int32_t pick8x4(int32_t a, int32_t b, int take_max) {
 #if TMS_ASM
   int32_t r, t;
-  __asm__("ssub8 %1, %2, %3\n\t"
-          "sel %0, %2, %3"
-          : "=r"(r), "=&r"(t)
-          : "r"(a), "r"(b));
+  if (take_max)
+    __asm__("ssub8 %1, %2, %3\n\tsel %0, %2, %3" : "=r"(r), "=&r"(t) : "r"(a), "r"(b));
+  else
+    __asm__("ssub8 %1, %3, %2\n\tsel %0, %2, %3" : "=r"(r), "=&r"(t) : "r"(a), "r"(b));
   return r;
 #else
   int32_t r = 0;
   for (int k = 0; k < 32; k += 8) {
     int32_t x = (int8_t)((uint32_t)a >> k), z = (int8_t)((uint32_t)b >> k);
-    r |= (int32_t)((uint32_t)(uint8_t)(x > z ? x : z) << k);
-  }
-  return r;
-#endif
-}
-TMS_INLINE int32_t min8x4(int32_t a, int32_t b) {
-#if TMS_ASM
-  int32_t r, t;
-  __asm__("ssub8 %1, %3, %2\n\t"
-          "sel %0, %2, %3"
-          : "=r"(r), "=&r"(t)
-          : "r"(a), "r"(b));
-  return r;
-#else
-  int32_t r = 0;
-  for (int k = 0; k < 32; k += 8) {
-    int32_t x = (int8_t)((uint32_t)a >> k), z = (int8_t)((uint32_t)b >> k);
-    r |= (int32_t)((uint32_t)(uint8_t)(x < z ? x : z) << k);
+    r |= (int32_t)((uint32_t)(uint8_t)((x > z) == (take_max != 0) ? x : z) << k);
   }
   return r;
 #endif
@@ -1169,9 +1092,9 @@ void tms_maxpool_s8(const tms_pool_t* p, const int8_t* x, int8_t* y) {
           int32_t m = (int32_t)0x80808080u;
           for (int32_t iy = y0; iy < y1; ++iy) {
             const int8_t* row = xb + ((int32_t)iy * p->in_w) * C + c;
-            for (int32_t ix = x0; ix < x1; ++ix) m = max8x4(rd32(row + ix * C), m);
+            for (int32_t ix = x0; ix < x1; ++ix) m = pick8x4(rd32(row + ix * C), m, 1);
           }
-          m = min8x4(max8x4(m, lo4), hi4);
+          m = pick8x4(pick8x4(m, lo4, 1), hi4, 0);
           memcpy(y + c, &m, 4);
         }
 #endif
@@ -1384,18 +1307,12 @@ void tms_conv_f32(const tms_convf_t* p, const float* x, const float* w, const fl
           pair = !overlaps(y + oi + OC, 4u * OC, w0, (uint32_t)((w1 - w0) * 4));
         }
         if (pair) {
-          if (fused)
-            convf_pair(1, p, xb, w, bias, res, y, oy, ox, oi);
-          else
-            convf_pair(0, p, xb, w, bias, res, y, oy, ox, oi);
+          convf_pair(fused, p, xb, w, bias, res, y, oy, ox, oi);
           ++ox;
           oi += OC;
           continue;
         }
-        if (fused)
-          convf_pixel(1, p, xb, w, bias, res, y, oy, ox, oi, inside);
-        else
-          convf_pixel(0, p, xb, w, bias, res, y, oy, ox, oi, inside);
+        convf_pixel(fused, p, xb, w, bias, res, y, oy, ox, oi, inside);
       }
     }
   }
@@ -1444,14 +1361,7 @@ TMS_INLINE void dwf_scale_impl(const int fused, const tms_convf_t* p, const floa
   for (int32_t i = 0, k = 0; i < pixels; ++i)
     for (int32_t c = 0; c < C; ++c, ++k) y[k] = fepilogue(p, madd(fused, x[k], w[c], 0.0f), bias, res, c, k);
 }
-TMS_DRIVER void dwf_scale_f0(const tms_convf_t* p, const float* x, const float* w, const float* bias,
-                             const float* res, float* y) {
-  dwf_scale_impl(0, p, x, w, bias, res, y);
-}
-TMS_DRIVER void dwf_scale_f1(const tms_convf_t* p, const float* x, const float* w, const float* bias,
-                             const float* res, float* y) {
-  dwf_scale_impl(1, p, x, w, bias, res, y);
-}
+TMS_FLAG(dwf_scale, (const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y), p, x, w, bias, res, y)
 
 void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
                     float* y) {
@@ -1459,10 +1369,7 @@ void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const 
   const int32_t C = p->in_c, span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
   if (p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pad_t == 0 && p->pad_l == 0 &&
       p->in_h == p->out_h && p->in_w == p->out_w) {
-    if (fused)
-      dwf_scale_f1(p, x, w, bias, res, y);
-    else
-      dwf_scale_f0(p, x, w, bias, res, y);
+    dwf_scale(fused, p, x, w, bias, res, y);
     return;
   }
   for (int32_t b = 0; b < p->batch; ++b) {
@@ -1474,10 +1381,7 @@ void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const 
       for (int32_t ox = 0; ox < p->out_w; ++ox, oi += C) {
         int32_t ix0 = ox * p->sw - p->pad_l;
         int inside = rows_in && ix0 >= 0 && ix0 + span_w < p->in_w;
-        if (fused)
-          dwf_pixel(1, p, xb, w, bias, res, y, oy, ox, oi, inside);
-        else
-          dwf_pixel(0, p, xb, w, bias, res, y, oy, ox, oi, inside);
+        dwf_pixel(fused, p, xb, w, bias, res, y, oy, ox, oi, inside);
       }
     }
   }
@@ -1518,9 +1422,6 @@ void tms_fc_f32(const tms_fcf_t* p, const float* x, const float* w, const float*
   const int fused = (p->flags & TMS_F_FMA) != 0;
   const int32_t K = p->in_n, N = p->out_n;
   for (int32_t r = 0; r < p->rows; ++r, x += K, y += N) {
-    if (fused)
-      fcf_row(1, p, x, w, bias, res, y, r * N);
-    else
-      fcf_row(0, p, x, w, bias, res, y, r * N);
+    fcf_row(fused, p, x, w, bias, res, y, r * N);
   }
 }
