@@ -225,6 +225,76 @@ def _greedy_alias(items: list[tuple], pairs: list[tuple], order: list[int],
     return offsets, top
 
 
+def _chains(items: list[tuple], pairs: list[tuple], spread: float = float("inf")) -> list[list[tuple[int, int]]]:
+    """In-place chains as rigid groups: ``[[(index, offset within the group), ...], ...]``.
+
+    A buffer takes over at most one parent and is taken over at most once, so the pairs form paths;
+    each path is laid out with every child at its parent's offset plus ``rel`` (the in-place
+    position), shifted so that the lowest member starts at 0. A path is cut where taking the next
+    alias would spread the group over more than ``spread`` times its largest member (a long chain
+    drifts down by every shift). Buffers without a pair are groups of one.
+    """
+    child = {p: (c, rel) for p, c, rel in pairs}
+    has_parent = {c for _p, c, _r in pairs}
+    groups = []
+
+    def close(group):
+        low = min(o for _j, o in group)
+        groups.append([(j, o - low) for j, o in group])
+
+    for i in range(len(items)):
+        if i in has_parent:
+            continue
+        group, off, j = [(i, 0)], 0, i
+        while j in child:
+            j, rel = child[j]
+            off += rel
+            grown = group + [(j, off)]
+            span = max(o + items[k][0] for k, o in grown) - min(o for _k, o in grown)
+            if span > spread * max(items[k][0] for k, _o in grown):
+                close(group)
+                group, off = [(j, 0)], 0
+            else:
+                group = grown
+        close(group)
+    return groups
+
+
+def _greedy_groups(items: list[tuple], groups: list[list[tuple[int, int]]], order: list[int]
+                   ) -> tuple[dict[int, int], int]:
+    """First-fit placement of rigid groups (:func:`_chains`) in ``order``: the lowest offset where no member
+    overlaps a placed buffer live at the same time (members of one group may overlap each other at the
+    step they share: that is the in-place overlap)."""
+    placed: list[tuple[int, int, int, int]] = []     # (offset, end offset, start, end)
+    offsets: dict[int, int] = {}
+    top = 0
+    for g in order:
+        members = [(j, o) for j, o in groups[g] if items[j][0]]
+        for j, _o in groups[g]:
+            offsets[j] = 0
+        if not members:
+            continue
+        near = [[(po, poe) for po, poe, ps, pe in placed if ps <= items[j][2] and items[j][1] <= pe]
+                for j, _o in members]
+        x = 0
+        moved = True
+        while moved:
+            moved = False
+            for (j, o), busy in zip(members, near):
+                lo, hi = x + o, x + o + items[j][0]
+                for po, poe in busy:
+                    if po < hi and lo < poe:
+                        x, moved = poe - o, True
+                        break
+                if moved:
+                    break
+        for j, o in members:
+            offsets[j] = x + o
+            placed.append((x + o, x + o + items[j][0], items[j][1], items[j][2]))
+            top = max(top, x + o + items[j][0])
+    return offsets, top
+
+
 def _greedy(items: list[tuple], order: list[int], best_fit: bool) -> tuple[dict[int, int], int]:
     """Place items (size, start, end) in ``order``; returns (offset per item index, arena size)."""
     placed: list[tuple[int, int, int, int]] = []  # (offset, end_offset, start, end)
@@ -333,6 +403,10 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
                      alignment, stats)
 
 
+#: how far an in-place chain may spread (times its largest buffer) before the group placement cuts it
+_SPREADS = (1.0, 1.1, 1.5, float("inf"))
+
+
 def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -> ArenaPlan:
     """:func:`plan_arena` for buffers with in-place aliases: alias-first greedy, optional CP-SAT."""
     best = None
@@ -346,9 +420,24 @@ def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -
                 break
         if best[1] <= lb:
             break
+    runs = len(_ORDERS)
+    for spread in _SPREADS:                               # in-place chains placed as rigid groups
+        if best[1] <= lb:
+            break
+        groups = _chains(items, pairs, spread)
+        shapes = [(max(o + items[j][0] for j, o in g), min(items[j][1] for j, _o in g),
+                   max(items[j][2] for j, _o in g)) for g in groups]
+        for oname, key in _ORDERS.items():
+            order = sorted(range(len(groups)), key=lambda g: key(shapes[g]))
+            offs, top = _greedy_groups(items, groups, order)
+            runs += 1
+            if top < best[1]:
+                best = (offs, top, f"greedy-{oname}-chains-{spread:g}")
+            if top <= lb:
+                break
     offs, top, method = best
     proven = top <= lb
-    stats = {"greedy_runs": len(_ORDERS), "aliases": len(pairs),
+    stats = {"greedy_runs": runs, "aliases": len(pairs),
              "aliases_taken": sum(1 for p, c, rel in pairs if offs[c] - offs[p] == rel)}
     if exact and not proven:
         res = _cpsat(items, top, lb, time_limit, offs, pairs=pairs, unit=alignment)
