@@ -113,7 +113,7 @@ def cmd_compare(args) -> int:
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
                 progress=progress_for(args), run=not args.no_run,
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
-                layout=args.layout, inline_producers=not args.no_inline_producers)
+                layout=args.layout, inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
     print(c.summary())
     if args.profile:
         print("compile time per pass (own time, nested passes excluded):")
@@ -122,7 +122,7 @@ def cmd_compare(args) -> int:
         ok, line = _tiled_vs_untiled(untiled, mod, args.target, run=not args.no_run)
         c0 = compare(untiled, args.target, method=args.method, time_limit=args.time_limit, name=name, run=False,
                      repeat=0, inplace=not args.no_inplace, layout=args.layout,
-                     inline_producers=not args.no_inline_producers)
+                     inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
         print(f"  patch tiling: our plan {c0.memsched_planned_bytes / 1e6:.3f} MB untiled -> "
               f"{c.memsched_planned_bytes / 1e6:.3f} MB tiled ({c0.memsched_planned_bytes / c.memsched_planned_bytes:.2f}x); "
               f"TVM default untiled {c0.default_planned_bytes / 1e6:.3f} MB "
@@ -245,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never let a kernel output take over a dying input (default: where the kernel's TIR "
                         "proves it safe)")
     add_layout_argument(s)
+    s.add_argument("--tradeoff", default="balanced", choices=["memory", "balanced", "speed"],
+                   help="kernel speed against kernel workspace: memory (least workspace; a convolution's padding "
+                        "read through a bounds test per multiply-accumulate), speed (padding computed in bands of "
+                        "rows, a little workspace), balanced (default: bands wherever live tensors plus workspace "
+                        "stay within 10%% of the live-tensor peak)")
     add_verbose_argument(s)
     add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; .tflite and zoo models")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],

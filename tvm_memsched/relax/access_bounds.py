@@ -51,7 +51,7 @@ from .workspace import walk_stmts
 __all__ = ["MAX_STEPS", "Spans", "access_spans", "span_shift"]
 
 #: at most this many steps (enumerated iterations of outer loops) per loop nest
-MAX_STEPS = 1 << 18
+MAX_STEPS = 1 << 15
 
 _NONE_READ = np.iinfo(np.int64).max
 _NONE_WRITTEN = -1

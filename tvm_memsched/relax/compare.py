@@ -95,6 +95,8 @@ class Comparison:
     common_pass_seconds: dict = field(default_factory=dict)    # seconds per pass: the shared stages, then
     default_pass_seconds: dict = field(default_factory=dict)   # each side's own
     memsched_pass_seconds: dict = field(default_factory=dict)
+    tradeoff: str = "balanced"                            # kernel speed against workspace (pipeline's tradeoff)
+    kernel_choices: list = field(default_factory=list)    # balanced: each kernel's variant and why (KernelChoice)
 
     @property
     def ratio(self) -> float:
@@ -150,6 +152,18 @@ class Comparison:
             lines.append(f"  run time (VM, median): TVM {self.default_run_seconds * 1e3:.2f} ms, ours "
                          f"{self.memsched_run_seconds * 1e3:.2f} ms "
                          f"({self.memsched_run_seconds / max(1e-12, self.default_run_seconds):.2f}x)")
+        if self.kernel_choices:
+            fast = [c for c in self.kernel_choices if c["fast"]]
+            least = [c for c in self.kernel_choices if not c["fast"]]
+            line = (f"  kernels (tradeoff {self.tradeoff}): {len(fast)} of {len(self.kernel_choices)} convolutions "
+                    f"pad in bands (largest workspace {max([c['workspace_bytes'] for c in fast] or [0]):,} B, "
+                    "within 10% of the live peak)")
+            if least:
+                line += "; least memory: " + ", ".join(f"{c['kernel']} ({c['reason']})" for c in least[:3]) \
+                    + (f" and {len(least) - 3} more" if len(least) > 3 else "")
+            lines.append(line)
+        elif self.tradeoff != "balanced":
+            lines.append(f"  kernels (tradeoff {self.tradeoff})")
         if self.int8:
             lines.insert(1, f"  {self.int8['summary']}; our integer outputs vs TVM's float emulation: "
                             f"max {self.int8_max_lsb_vs_default:g} LSB (numerics checked against TVM's default "
@@ -321,11 +335,11 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
                          shrink_workspace=shrink_workspace, shrink_constants=False, **options)
             reorder, arena = p.reorder, p.arena
-            kernel_passes = [q for q in (p.inline, p.shrink) if q is not None] + extra
-            if conv_layout:                # acts only on convolutions ConvolutionLayout converted
-                kernel_passes.append(ChannelsFirstReduction())
+            reduction = ChannelsFirstReduction() if conv_layout else None   # only convolutions it converted
+            kernel_passes = [q for q in (p.inline, reduction, p.shrink) if q is not None] + extra
             m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
-            m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + [reorder])(m_fused)
+            after_reorder = [reorder] + ([p.balance] if p.balance is not None else [])
+            m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + after_reorder)(m_fused)
             m_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(m_lowered)
             m_planned_mod = arena(m_pre)
             m_final = tvm.transform.Sequential(st["finalize"][k + 1:])(m_planned_mod)
@@ -337,7 +351,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         d_live, d_live_ws, d_graphs = block_peaks(d_lowered, meter)
         d_plannable = plannable_live_peak(d_pre)
         d_storages = collect_plans(d_planned_mod)
-        m_meter = WorkspaceMeter(m_fused, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
+        m_meter = WorkspaceMeter(m_lowered, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
         m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter, inplace=arena.inplace)
         m_plannable = plannable_live_peak(m_pre, inplace=arena.inplace)
         m_storages = collect_plans(m_planned_mod)
@@ -347,7 +361,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             no_inplace = sum(sum(v) for v in collect_plans(plain(m_pre)).values())
         t_analysis = time.perf_counter() - t0
     ws = [meter(gv) for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    m_ws = [m_meter(gv) for gv, f in m_fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    m_ws = [m_meter(gv) for gv, f in m_lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     numerics_ok, diff, lsb, t_d, t_m = True, 0.0, None, None, None
     if run:
         inputs = random_inputs(mod["main"], seed) if inputs is None else inputs
@@ -395,7 +409,9 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         int8=int8_report.to_dict() if int8_report is not None else None, int8_max_lsb_vs_default=lsb,
         default_run_seconds=t_d, memsched_run_seconds=t_m,
         largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0),
-        tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None)
+        tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None,
+        tradeoff=options.get("tradeoff", "balanced"),
+        kernel_choices=[c.to_dict() for c in p.balance.report] if p.balance is not None else [])
 
 
 def _merge(a: dict, b: dict) -> dict:

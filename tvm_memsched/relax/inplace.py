@@ -387,14 +387,21 @@ class InplaceAnalyzer:
             func = self.mod[gvar]
         except (KeyError, ValueError, tvm.TVMError):
             return []
-        if not isinstance(func, tirx.PrimFunc) or len(func.params) != len(args):
+        if not isinstance(func, tirx.PrimFunc):
+            return []
+        key = (gvar.name_hint, len(args) - n_outputs, tuple((str(a.ty) if hasattr(a, "ty") else "") for a in args))
+        if key not in self._cache:
+            self._cache[key] = self.func_pairs(func, args, n_outputs)
+        return self._cache[key]
+
+    @staticmethod
+    def func_pairs(func, args, n_outputs: int) -> list[tuple[int, int, int]]:
+        """:meth:`pairs` for a kernel ``func`` that is not (or not yet) in the module, at a call with ``args``."""
+        if len(func.params) != len(args):
             return []
         n_in = len(args) - n_outputs
-        key = (gvar.name_hint, n_in, tuple((str(a.ty) if hasattr(a, "ty") else "") for a in args))
-        if key not in self._cache:
-            same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
-            self._cache[key] = _shifts_cached(func, n_in, same)
-        return self._cache[key]
+        same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
+        return _shifts_cached(func, n_in, same)
 
 
 def allow_aliasing(mod, kernels) -> "tvm.IRModule":

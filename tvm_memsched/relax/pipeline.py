@@ -8,13 +8,15 @@ with
   stored shape, not broadcast), then ``ConvolutionLayout`` (convolutions
   channels-last, so that in-place execution can overlap their inputs and
   outputs; with in-place execution on) and, after fusion, ``ChannelsFirstReduction``
-  (their sums in TVM's NCHW order: bit-identical outputs),
+  (their sums in TVM's NCHW order, bit-identical outputs, output channels
+  innermost),
 * ``InlineProducers`` right after ``FuseTIR`` (a cheap element-wise producer used
   once, such as a pre-activation ``relu``, computed inside its consumer's kernel),
-  then ``ShrinkWorkspace`` (kernels without full-size temporaries: padding inlined,
-  epilogues per output element),
+  then ``ShrinkWorkspace`` (kernels without full-size temporaries: padding inlined
+  or computed in bands, epilogues per output element; ``tradeoff``),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
-  re-orders bindings, and reshapes are views by then), and
+  re-orders bindings, and reshapes are views by then), then ``BalanceKernels``
+  (``tradeoff="balanced"``: each kernel's faster variant where the peak allows), and
 * ``ArenaPlanMemory`` in place of ``StaticPlanBlockMemory``.
 
 :func:`build` compiles with it, with the same call pattern as ``tvm.compile``.
@@ -36,10 +38,12 @@ from .int8.lower import IntegerLowering
 from .layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
 from .inline_producers import InlineProducers
 from .tiling import PatchTiling
+from .balance_kernels import BalanceKernels
+from .shrink_workspace import MODES as TRADEOFFS
 from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
-__all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline", "resolve_layout"]
+__all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline", "resolve_layout", "TRADEOFFS"]
 
 
 def resolve_layout(layout: str | None, inplace: bool) -> str | None:
@@ -67,7 +71,9 @@ class MemschedPipeline:
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
                  shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", tile=False,
-                 inline_producers=True, **options):
+                 inline_producers=True, tradeoff="balanced", allowance=0.10, **options):
+        if tradeoff not in TRADEOFFS:
+            raise ValueError(f"unknown tradeoff {tradeoff!r}; use one of {', '.join(TRADEOFFS)}")
         self.target = as_target(target)
         st = stages(self.target)
         self.int8 = IntegerLowering() if int8 else None
@@ -79,7 +85,9 @@ class MemschedPipeline:
                                           target=self.target, progress=progress, inplace=inplace,
                                           **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace) if plan else None
-        self.shrink = ShrinkWorkspace(target=self.target) if shrink_workspace else None
+        self.shrink = ShrinkWorkspace(target=self.target, mode=tradeoff) if shrink_workspace else None
+        self.balance = BalanceKernels(allowance, self.target, inplace) \
+            if shrink_workspace and tradeoff == "balanced" else None
         self.inline = InlineProducers() if inline_producers else None
         self.constants = ShrinkConstants() if shrink_constants else None
         conv_layout = resolve_layout(layout, inplace)
@@ -90,13 +98,14 @@ class MemschedPipeline:
             self.tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
         first = (self.tiling, self.int8, self.rewrite, self.constants, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
-            + st["legalize"] + [q for q in (self.inline, self.shrink, self.reduction) if q is not None] \
+            + st["legalize"] + [q for q in (self.inline, self.reduction, self.shrink) if q is not None] \
             + list(extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
-            if p.info.name == "RewriteDataflowReshape" and self.reorder is not None:
-                passes.append(self.reorder)
-        if self.reorder is not None and self.reorder not in passes:
+            if p.info.name == "RewriteDataflowReshape":
+                passes += [q for q in (self.reorder, self.balance) if q is not None]
+        ours = [q for q in (self.reorder, self.balance) if q is not None]
+        if ours and ours[0] not in passes:
             raise RuntimeError("RewriteDataflowReshape not found in the default pipeline")
         for p in st["finalize"]:
             if p.info.name == "StaticPlanBlockMemory" and self.arena is not None:
@@ -117,7 +126,8 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
              shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto", tile=False,
-             inline_producers: bool = True, **options) -> MemschedPipeline:
+             inline_producers: bool = True, tradeoff: str = "balanced", allowance: float = 0.10,
+             **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
     ``int8=True`` (default) first lowers quantized (dequantize/quantize) operator
@@ -137,12 +147,19 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     of its options) first patch-tiles the model's first stage
     (:class:`~tvm_memsched.relax.tiling.PatchTiling`). ``inline_producers=False`` keeps every
     element-wise producer a kernel of its own (default: cheap ones used once are computed inside their
-    consumer, :class:`~tvm_memsched.relax.inline_producers.InlineProducers`). Other options go to the
-    scheduler.
+    consumer, :class:`~tvm_memsched.relax.inline_producers.InlineProducers`). ``tradeoff``: kernel
+    speed against kernel workspace (:class:`~tvm_memsched.transform.ShrinkWorkspace`'s ``mode``):
+    ``"memory"`` the least workspace everywhere (a convolution's padding read through a bounds test
+    per multiply-accumulate), ``"speed"`` padding computed in bands of rows (kernels as fast as TVM's
+    or faster, a little workspace), ``"balanced"`` (default) the faster kernel wherever the peak of
+    live tensors plus workspace stays within ``allowance`` (10%) of the memory variant's
+    (:class:`~tvm_memsched.relax.balance_kernels.BalanceKernels`, after the reorder). Other options
+    go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
                             extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,
-                            layout=layout, tile=tile, inline_producers=inline_producers, **options)
+                            layout=layout, tile=tile, inline_producers=inline_producers, tradeoff=tradeoff,
+                            allowance=allowance, **options)
 
 
 def build(mod, target=None, **options):

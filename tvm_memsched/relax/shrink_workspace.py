@@ -54,9 +54,12 @@ Example
 ...             b[vi] = T.max(s[vi], T.float32(0))
 >>> g, steps = shrink_func(f)
 >>> steps
-['inline pad', 'relu after sum (per element)']
+['inline pad (read several times)', 'relu after sum (per element)']
 >>> workspace_bytes(f), workspace_bytes(compact(g))
 (72, 4)
+>>> h, steps = shrink_func(f, reuse="band")   # no bounds test in the sum: the padding stays a stage
+>>> steps, workspace_bytes(compact(h))
+(['pad kept whole (read several times)', 'relu after sum (per element)'], 44)
 """
 
 from __future__ import annotations
@@ -66,10 +69,17 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import s_tir, tirx
 
-from .workspace import internal_allocations, lowered_workspace_bytes, walk_stmts, workspace_bytes
+from .workspace import internal_allocations, walk_stmts, workspace_bytes
 
 __all__ = ["ShrinkWorkspace", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
-           "runs_each_instance_once"]
+           "runs_each_instance_once", "REUSE", "MODES", "UNSHRUNK"]
+
+#: what :func:`shrink_func` may do with a stage a reduction reads several times per element
+REUSE = ("inline", "band")
+#: PrimFunc attribute of ``ShrinkWorkspace(mode="balanced")`` on a kernel computed in bands: the kernel as
+#: it came (before scheduling), for :class:`~tvm_memsched.relax.balance_kernels.BalanceKernels` to schedule
+#: for least memory where the bands would raise the peak too much
+UNSHRUNK = "tvm_memsched.unshrunk"
 
 
 # ------------------------------------------------------------------ helpers
@@ -103,6 +113,58 @@ def _blocks(sch) -> list:
 
 def _writes_internal(block, internal) -> bool:
     return len(block.writes) == 1 and _region_buffer(block.writes[0]).name in internal
+
+
+def _instances(block) -> int | None:
+    """Points of a block's iteration domain (None when an extent is not static)."""
+    n = 1
+    for iv in block.iter_vars:
+        e = _int(iv.dom.extent)
+        if e is None:
+            return None
+        n *= e
+    return n
+
+
+def _reused(sch, blk) -> bool:
+    """True when a reduction reads what ``blk`` writes more than once per element (a convolution's padding,
+    an activation before a convolution): inlined, its expression (and a padding's bounds test) would run
+    in the reduction's innermost loop once per read."""
+    block = sch.get(blk)
+    out = _region_buffer(block.writes[0])
+    mine = _instances(block)
+    if not mine:
+        return False
+    for c in sch.get_consumers(blk):
+        cblock = sch.get(c)
+        if not _is_reduction(cblock):
+            continue
+        if not any(_region_buffer(r).same_as(out) for r in cblock.reads):
+            continue
+        theirs = _instances(cblock)
+        if theirs is None or theirs > mine:
+            return True
+    return False
+
+
+def _has_reused_stage(func) -> bool:
+    """True when a stage of ``func`` that writes its workspace is read several times by a reduction."""
+    try:
+        sch = s_tir.Schedule(func)
+        internal = _internal(func)
+        return any(not _is_reduction(sch.get(b)) and _writes_internal(sch.get(b), internal) and _reused(sch, b)
+                   for b in _blocks(sch) or [])
+    except Exception:  # not schedulable: nothing to choose
+        return False
+
+
+def _executed(sch, blk) -> int:
+    """How many times the loops around ``blk`` run its body (product of their static extents)."""
+    n = 1
+    for lp in sch.get_loops(blk):
+        e = _int(sch.get(lp).extent)
+        n *= e if e is not None else 1
+    return n
 
 
 def _realize(sch, blk):
@@ -204,8 +266,8 @@ def _decompose_reductions(sch):
 
 def _share_loop(sch, a, b) -> bool:
     """True when blocks ``a`` and ``b`` are under a common loop (one is already computed inside the other)."""
-    loops = [sch.get(lp) for lp in sch.get_loops(a)]
-    return any(any(sch.get(lp).same_as(x) for x in loops) for lp in sch.get_loops(b))
+    outer = sch.get_loops(a)
+    return bool(outer) and bool(sch.get_loops(b)) and sch.get(outer[0]).same_as(sch.get(sch.get_loops(b)[0]))
 
 
 def _try(sch, apply, moved):
@@ -236,8 +298,9 @@ def compact(func):
 
 
 # ------------------------------------------------------------------ the schedule
-def _inline_stages(sch, steps):
-    """Step 1: inline the non-reduction stages that write internal buffers, until none is left."""
+def _inline_stages(sch, steps, band: bool = False):
+    """Step 1: inline the non-reduction stages that write internal buffers, until none is left (``band``:
+    except those a reduction reads several times per element, see :func:`_band_stages`)."""
     internal = _internal(sch.mod["main"])
     refused = set()
     while True:
@@ -246,12 +309,16 @@ def _inline_stages(sch, steps):
             name = block.name_hint
             if name in refused or _is_reduction(block) or not _writes_internal(block, internal):
                 continue
+            reused = _reused(sch, blk)
+            if (band and reused) or any(_share_loop(sch, blk, c) for c in sch.get_consumers(blk)):
+                refused.add(name)          # kept for bands, or already computed inside its consumer
+                continue
             trial = _try(sch, lambda s, b=blk: s.compute_inline(b), [])
             if trial is None:
                 refused.add(name)
                 continue
             sch = trial
-            steps.append(f"inline {name}")
+            steps.append(f"inline {name}" + (" (read several times)" if reused else ""))
             break  # the block list changed: start again
         else:
             return sch
@@ -287,6 +354,47 @@ def _attach_epilogues(sch, steps):
     return sch
 
 
+#: a stage computed in bands under its reduction may run at most this many times per point of the
+#: reduction (a 3x3 depthwise convolution's padding per output row: 1/3; per output pixel: 1, refused;
+#: a convolution with 16 output channels per pixel: 1/16)
+MAX_SHARE = 0.5
+
+
+def _band_stages(sch, steps):
+    """Step 1b (``reuse="band"``): compute each stage that a reduction reads several times per element
+    under the innermost spatial loop of that reduction at which the stage's body runs at most
+    :data:`MAX_SHARE` times per point of the reduction: a padded band of rows (or one pixel's window)
+    instead of the whole padded tensor, and no bounds test in the reduction's inner loop. A stage no
+    loop takes stays whole (TVM's kernel)."""
+    internal = _internal(sch.mod["main"])
+    for blk in _blocks(sch) or []:
+        block = sch.get(blk)
+        if _is_reduction(block) or not _writes_internal(block, internal) or not _reused(sch, blk):
+            continue
+        consumers = sch.get_consumers(blk)
+        if len(consumers) != 1 or _share_loop(sch, blk, consumers[0]):
+            continue
+        points = _instances(sch.get(consumers[0]))
+        if not points:
+            continue
+        spatial, _ = _split_loops(sch, consumers[0])
+        name = block.name_hint
+        for loop in reversed(spatial):
+            trial = _try(sch, lambda s, lp=loop: s.compute_at(blk, lp, preserve_unit_loops=True), [])
+            if trial is None:
+                continue
+            share = _executed(trial, trial.get_sblock(name)) / points
+            if share <= MAX_SHARE:
+                sch = trial
+                steps.append(f"{name} in bands under {sch.get(consumers[0]).name_hint} "
+                             f"({share:.2g} per reduction step; read several times)")
+                break
+        else:
+            if f"{name} kept whole (read several times)" not in steps:
+                steps.append(f"{name} kept whole (read several times)")
+    return sch
+
+
 def _compute_at_consumers(sch, steps):
     """Step 3: compute each remaining internal stage under its only consumer's innermost spatial loop."""
     internal = _internal(sch.mod["main"])
@@ -309,7 +417,7 @@ def _compute_at_consumers(sch, steps):
     return sch
 
 
-def shrink_func(func, epilogues: bool = True, measure=None):
+def shrink_func(func, epilogues: bool = True, measure=None, reuse: str = "inline"):
     """Schedule ``func`` to drop its full-size temporaries; returns ``(new func, steps)``.
 
     Parameters
@@ -323,9 +431,16 @@ def shrink_func(func, epilogues: bool = True, measure=None):
         ``measure(func) -> bytes`` of workspace; the new function is kept only if
         it is smaller (default: :func:`compact` then
         :func:`~tvm_memsched.relax.workspace.workspace_bytes`).
+    reuse : {"inline", "band"}
+        What to do with a stage that a reduction reads several times per element (a
+        convolution's padding): ``"inline"`` (least memory: index arithmetic and a bounds test
+        in the reduction's inner loop) or ``"band"`` (as fast as TVM's kernel or faster: computed
+        in bands under the reduction, :func:`_band_stages`).
 
     Returns ``(func, [])`` unchanged when nothing could be done or nothing was saved.
     """
+    if reuse not in REUSE:
+        raise ValueError(f"reuse must be one of {', '.join(REUSE)}, got {reuse!r}")
     measure = measure or (lambda f: workspace_bytes(compact(f)))
     try:
         sch = s_tir.Schedule(func)
@@ -334,9 +449,12 @@ def shrink_func(func, epilogues: bool = True, measure=None):
         return func, []
     steps: list[str] = []
     try:
+        band = reuse == "band"
         for _ in range(4):
             before = len(steps)
-            sch = _inline_stages(sch, steps)
+            sch = _inline_stages(sch, steps, band)
+            if band:
+                sch = _band_stages(sch, steps)
             if epilogues:
                 sch = _attach_epilogues(sch, steps)
                 sch = _compute_at_consumers(sch, steps)
@@ -378,34 +496,42 @@ class KernelWorkspace:
         return asdict(self)
 
 
-def shrink_workspace(mod, target=None, epilogues: bool = True):
+#: the trade between kernel workspace and kernel speed (:func:`shrink_workspace`)
+MODES = ("memory", "balanced", "speed")
+
+
+def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memory"):
     """Apply :func:`shrink_func` to every PrimFunc of ``mod``; returns ``(module, [KernelWorkspace])``.
 
-    With a ``target`` (or a current one) the workspace is measured after TVM's
-    TIR pipeline for it (``"lowered"``, what the device allocates), otherwise on
-    the compacted TIR (:func:`compact`). The report lists every kernel, largest
+    Workspace is measured on the compacted TIR (:func:`compact`: where TVM's lowering puts
+    each buffer and how much of it is used; the same for every target, and a few milliseconds
+    per kernel instead of a run of the target's TIR pipeline). ``target`` is accepted for
+    compatibility and not needed. ``mode``: ``"memory"`` inlines every stage
+    (``reuse="inline"``), ``"speed"`` computes stages a reduction reads several times in
+    bands (``reuse="band"``), ``"balanced"`` does as ``"speed"`` and attaches each banded
+    kernel's unscheduled form (:data:`UNSHRUNK`). The report lists every kernel, largest
     remaining workspace first.
     """
-    if target is None:
-        target = tvm.target.Target.current(allow_none=True)
-    if isinstance(target, dict):
-        target = tvm.target.Target(target)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     report = []
     new_mod = mod
+
+    def measure(f):
+        return workspace_bytes(compact(f))
+
     for gv, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc):
             continue
         name = gv.name_hint
-        if target is not None:
-            def measure(f, name=name):
-                return lowered_workspace_bytes(f, target, name)
-        else:
-            def measure(f):
-                return workspace_bytes(compact(f))
         before = measure(func)
-        new, steps = shrink_func(func, epilogues, measure) if before else (func, [])
+        reuse = "inline" if mode == "memory" else "band"
+        new, steps = shrink_func(func, epilogues, measure, reuse) if before else (func, [])
         after = measure(new) if steps else before
-        if steps:
+        if mode == "balanced" and (any("read several times" in step for step in steps)
+                                   or (not steps and before and _has_reused_stage(func))):
+            new = new.with_attr(UNSHRUNK, func)    # BalanceKernels may want the least-memory form instead
+        if new is not func:
             if new_mod is mod:
                 new_mod = mod.clone()
             new_mod[gv] = new
@@ -429,8 +555,16 @@ class ShrinkWorkspace:
         Move epilogues under their reductions (default). False only inlines
         padding and other element-wise stages (the former ``InlinePadding``).
     target : Target, optional
-        Target whose TIR pipeline measures the workspace (default: the current
-        target, else the compacted TIR is measured).
+        Accepted for compatibility: the workspace is measured on the compacted TIR,
+        the same for every target.
+    mode : {"memory", "balanced", "speed"}
+        ``"memory"`` (default): every stage inlined, the least workspace; a convolution's
+        padding then costs a bounds test per multiply-accumulate. ``"speed"``: stages a
+        reduction reads several times (padding) computed in bands of rows under it, as fast as
+        TVM's kernel or faster, a little workspace. ``"balanced"``: as ``"speed"``, each such
+        kernel carrying its unscheduled form (:data:`UNSHRUNK`) for
+        :class:`~tvm_memsched.relax.balance_kernels.BalanceKernels` (after the reorder) to
+        schedule for least memory where the bands would raise the peak too much.
 
     After the pass has run, ``report`` is a list of :class:`KernelWorkspace`
     (every kernel, largest remaining workspace first).
@@ -443,12 +577,14 @@ class ShrinkWorkspace:
     True
     """
 
-    def __init__(self, epilogues: bool = True, target=None):
-        self.epilogues, self.target = epilogues, target
+    def __init__(self, epilogues: bool = True, target=None, mode: str = "memory"):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.epilogues, self.target, self.mode = epilogues, target, mode
         self.report: list[KernelWorkspace] = []
 
     def transform_module(self, mod, ctx):
-        new_mod, self.report = shrink_workspace(mod, self.target, self.epilogues)
+        new_mod, self.report = shrink_workspace(mod, self.target, self.epilogues, self.mode)
         return new_mod
 
     @property

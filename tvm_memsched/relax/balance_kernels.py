@@ -1,0 +1,182 @@
+"""Least-memory kernels only where the faster ones would raise the peak: the ``BalanceKernels`` pass.
+
+``ShrinkWorkspace(mode="balanced")`` schedules every kernel for speed: a stage that
+a reduction reads several times (a convolution's padding) is computed in bands of
+rows under it, which costs a band of workspace, instead of being read through a
+bounds test in the reduction's inner loop (the least-memory form, ``mode="memory"``).
+Each such kernel carries its unscheduled form
+(:data:`~tvm_memsched.relax.shrink_workspace.UNSHRUNK`). Whether the band fits is a
+question of the memory live while the kernel runs, so it is decided here, once the
+order is known (run after ``MemoryAwareReorder``):
+
+1. ``P`` is the largest number of bytes of live tensors at any step, over every
+   dataflow block, in program order, with the in-place overlaps the planner takes:
+   a lower bound of the least-memory build's peak of live tensors plus the running
+   kernel's workspace (the VM's workspace pool is memory too);
+2. a kernel keeps its bands when, at every step that calls it, the live tensors
+   plus its workspace stay within ``(1 + allowance) * P``; otherwise (or when it is
+   called outside a dataflow block) it is scheduled for least memory
+   (:func:`~tvm_memsched.relax.shrink_workspace.shrink_func` with ``reuse="inline"``).
+
+Each decision touches only the steps of one kernel, so they are independent, and the
+peak of live tensors plus workspace stays within ``(1 + allowance)`` of the
+least-memory build's. The attribute is removed from every kernel. ``report`` lists
+each kernel that had a choice: its workspace both ways and what was kept.
+
+Example
+-------
+>>> import tvm
+>>> seq = tvm.transform.Sequential([BalanceKernels(allowance=0.1)])
+>>> isinstance(seq, tvm.transform.Pass)
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import tvm
+from tvm import relax, tirx
+
+from ..core.errors import MemschedError
+from ..core.simulate import footprints
+from .graph import block_to_graph, used_after_blocks
+from .inplace import InplaceAnalyzer
+from .ir import call_tir_op
+from .shrink_workspace import UNSHRUNK, compact, shrink_func
+from .workspace import WorkspaceMeter, workspace_bytes
+
+__all__ = ["BalanceKernels", "KernelChoice", "balance_kernels"]
+
+
+@dataclass
+class KernelChoice:
+    """One kernel computed in bands: its workspace, the largest live bytes at its steps, what was kept."""
+
+    kernel: str
+    workspace_bytes: int          # the banded (fast) kernel's
+    peak_bytes: int               # the largest live tensors plus that workspace at its steps
+    fast: bool                    # True: the bands stay; False: scheduled for least memory
+    reason: str = ""              # why not
+    memory_workspace_bytes: int | None = None   # the least-memory kernel's, when it was scheduled
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _steps(mod, meter, analyzer):
+    """Per kernel name: the live tensor bytes at each step that calls it; the largest over all blocks; the
+    kernels called outside any dataflow block (or in a block that cannot be modelled)."""
+    live: dict[str, list[int]] = {}
+    peak = 0
+    outside: set[str] = set()
+    for _gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        after = used_after_blocks(func)
+        for k, block in enumerate(func.body.blocks):
+            calls = [b.value.args[0].name_hint for b in block.bindings if call_tir_op(b.value)]
+            if not isinstance(block, relax.DataflowBlock):
+                outside.update(calls)
+                continue
+            try:
+                bg = block_to_graph(func, k, workspace=meter, used_after=after[k], inplace=analyzer)
+            except MemschedError:
+                outside.update(calls)
+                continue
+            g = bg.graph
+            stable, _ = footprints(g, list(range(g.num_ops)))
+            tensors = [s - g.workspace[v] for v, s in enumerate(stable)]
+            peak = max([peak] + tensors)
+            for v, op in enumerate(g.ops):
+                b = block.bindings[bg.binding_of_op[op.name]]
+                if call_tir_op(b.value):
+                    live.setdefault(b.value.args[0].name_hint, []).append(tensors[v])
+    return live, peak, outside
+
+
+def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True):
+    """Schedule for least memory the banded kernels whose workspace would raise the peak (module docstring).
+
+    Parameters
+    ----------
+    mod : IRModule
+        After ``ShrinkWorkspace(mode="balanced")`` and the reorder (bindings in their final order).
+    target : Target, optional
+        Target whose TIR pipeline measures workspace (default: the current target; without one the
+        compacted TIR is measured).
+    allowance : float
+        How far above the live-tensor peak the live tensors plus a kernel's workspace may go: 0.10 allows
+        10%; ``float("inf")`` keeps every band.
+    inplace : bool
+        Count the in-place overlaps the planner takes (as ``ArenaPlanMemory(inplace=True)``).
+
+    Returns ``(module, [KernelChoice], peak, budget)``.
+    """
+    if allowance < 0:
+        raise ValueError(f"allowance must be >= 0, got {allowance}")
+    if target is None:
+        target = tvm.target.Target.current(allow_none=True)
+    banded = {gv.name_hint: (gv, f) for gv, f in mod.functions_items()
+              if isinstance(f, tirx.PrimFunc) and f.attrs is not None and UNSHRUNK in f.attrs}
+    if not banded:
+        return mod, [], 0, 0
+    meter = WorkspaceMeter(mod, target, "lowered" if target is not None else "tir")
+    live, peak, outside = _steps(mod, meter, InplaceAnalyzer(mod) if inplace else None)
+    budget = peak * (1 + allowance)
+    new = mod.clone()
+    report = []
+    for name, (gv, func) in sorted(banded.items()):
+        ws = meter(gv)
+        worst = max((b + ws for b in live.get(name, ())), default=0)
+        reason = ""
+        if name in outside:
+            reason = "called outside a dataflow block"
+        elif worst > budget:
+            reason = f"{worst:,} B at its step, over {int(budget):,} B"
+        kept = func.without_attr(UNSHRUNK)
+        mem_ws = None
+        if reason:
+            original = func.attrs[UNSHRUNK]
+            least, steps = shrink_func(original, reuse="inline")
+            kept = least.with_attrs(dict(func.attrs)).without_attr(UNSHRUNK) if steps else kept
+            mem_ws = workspace_bytes(compact(least)) if steps else None
+        new[gv] = kept
+        report.append(KernelChoice(name, ws, worst, not reason, reason, mem_ws))
+    return new, report, peak, budget
+
+
+@tvm.transform.module_pass(opt_level=0, name="BalanceKernels")
+class BalanceKernels:
+    """Keep each banded kernel fast unless its workspace would raise the peak (see the module docstring).
+
+    Parameters
+    ----------
+    allowance : float
+        How far (a fraction) live tensors plus a kernel's workspace may go above the live-tensor peak
+        (default 0.10).
+    target : Target, optional
+        Target whose TIR pipeline measures workspace (default: the current target).
+    inplace : bool
+        Count in-place overlaps as the arena planner takes them (default True).
+
+    After the pass has run, ``report`` lists a :class:`KernelChoice` per banded kernel, ``peak`` the
+    live-tensor peak and ``budget`` the limit applied.
+    """
+
+    def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True):
+        if allowance < 0:
+            raise ValueError(f"allowance must be >= 0, got {allowance}")
+        self.allowance, self.target, self.inplace = allowance, target, inplace
+        self.report: list[KernelChoice] = []
+        self.peak = self.budget = 0
+
+    def transform_module(self, mod, ctx):
+        new, self.report, self.peak, self.budget = balance_kernels(mod, self.target, self.allowance,
+                                                                   self.inplace)
+        return new
+
+    @property
+    def fast(self) -> list[str]:
+        """The kernels that keep their bands."""
+        return [c.kernel for c in self.report if c.fast]
