@@ -111,7 +111,7 @@ def cmd_compare(args) -> int:
         if tiled is not None:
             untiled, mod = untiled_mod, tiled
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
-                progress=progress_for(args), run=not args.no_run,
+                progress=progress_for(args), run=not args.no_run, reference=_litert_reference(args.model, mod),
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
                 layout=args.layout, inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
     print(c.summary())
@@ -135,7 +135,40 @@ def cmd_compare(args) -> int:
     if not c.numerics_ok:
         print("tvm-memsched: error: outputs differ from TVM's default build", file=sys.stderr)
         return 1
+    if c.reference_ok is False:
+        print(f"tvm-memsched: error: TVM's import of the model computes other outputs than {c.reference} "
+              "(both builds share the import)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _litert_reference(spec: str, mod):
+    """``(name, run)`` running a ``.tflite`` spec in LiteRT's reference kernels on compare's inputs, or None
+    (not a .tflite, a stateful model whose inputs differ, or no LiteRT)."""
+    from .models import parse_zoo_spec
+
+    z = parse_zoo_spec(spec)
+    if z is not None and z[1] != "float32":
+        from .. import zoo
+
+        buf = zoo.tflite(*z)
+    elif z is None and spec.lower().endswith(".tflite"):
+        with open(spec, "rb") as f:
+            buf = f.read()
+    else:
+        return None
+    try:
+        from ..tflite.verify import litert_interpreter, litert_run_sequence
+
+        if len(litert_interpreter(buf).get_input_details()) != len(mod["main"].params):
+            return None
+    except (MemschedError, ImportError):
+        return None
+
+    def run(inputs):
+        return list(litert_run_sequence(buf, [list(inputs)], reference_kernels=True)[0].values())
+
+    return "LiteRT (reference kernels)", run
 
 
 def _tiled_vs_untiled(untiled, tiled, target, run: bool = True) -> tuple[bool, str]:
@@ -311,7 +344,8 @@ def _with_native_log(args) -> int:
 
     from ..relax.native_log import native_stderr_to_file
 
-    path = os.path.join(tempfile.gettempdir(), f"tvm-memsched-{os.getpid()}.log")
+    fd, path = tempfile.mkstemp(prefix="tvm-memsched-", suffix=".log")   # a new file: no planted link
+    os.close(fd)
     rc = 1
     try:
         with native_stderr_to_file(path):
@@ -332,6 +366,12 @@ def _with_native_log(args) -> int:
             os.remove(path)
 
 
+def _run(args) -> int:
+    if getattr(args, "verbose", None) is not None:
+        return _with_native_log(args)
+    return args.fn(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -344,9 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "profile", False) and hasattr(args, "host") and (args.host or not args.run):
             raise MemschedError("--profile applies with --run on a Cortex-M board (kernel calls are timed with "
                                 "its SysTick in QEMU), not with --host or without --run")
-        if getattr(args, "verbose", None) is not None:
-            return _with_native_log(args)
-        return args.fn(args)
+        if getattr(args, "trust_model_code", False):
+            from ..relax.pt2_archive import trusting_model_code
+
+            with trusting_model_code():
+                return _run(args)
+        return _run(args)
     except MemschedError as e:
         print(f"tvm-memsched: error: {one_line(str(e))}", file=sys.stderr)
         return 2

@@ -78,9 +78,13 @@ def parse_input_shapes(items) -> dict:
 
 
 def add_input_shape_argument(parser) -> None:
-    """Add ``--input-shape NAME=SHAPE`` (repeatable) to an argparse parser."""
+    """Add ``--input-shape NAME=SHAPE`` (repeatable) and ``--trust-model-code`` to an argparse parser."""
     parser.add_argument("--input-shape", action="append", default=None, metavar="NAME=1x3x224x224",
                         help="static shape of an input an .onnx / .pt2 file leaves symbolic (repeat per input)")
+    parser.add_argument("--trust-model-code", action="store_true",
+                        help="let a .pt2 file run its own code while loading (pickled objects, AOTInductor "
+                             "libraries), as torch.export.load does; only for files from people you trust "
+                             "(default: such files are refused)")
 
 
 def _extension(spec: str) -> str:

@@ -17,7 +17,10 @@ True
 
 from __future__ import annotations
 
+import io
 from typing import Mapping, Sequence
+
+from ..core.files import atomic_write
 
 __all__ = ["memory_over_time", "arena_layout", "peaks_bar_chart"]
 
@@ -58,9 +61,7 @@ def memory_over_time(profiles: Mapping[str, Sequence[int]], path: str, *, title:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def arena_layout(layout: Sequence[Sequence], path: str, *, title: str = "", arena_bytes: int | None = None) -> str:
@@ -90,9 +91,7 @@ def arena_layout(layout: Sequence[Sequence], path: str, *, title: str = "", aren
     ax.set_ylabel("arena offset (MiB)")
     ax.set_title(title or "arena layout")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def peaks_bar_chart(rows: Mapping[str, Mapping[str, int]], path: str, *, title: str = "") -> str:
@@ -119,6 +118,17 @@ def peaks_bar_chart(rows: Mapping[str, Mapping[str, int]], path: str, *, title: 
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)
+
+
+def _save(fig, path: str) -> str:
+    """Render ``fig`` (format from ``path``'s extension) and write it atomically; close it."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, dpi=110, format=path.rsplit(".", 1)[-1].lower() if "." in path else "png")
+    finally:
+        plt.close(fig)
+    atomic_write(path, buf.getvalue())
     return path

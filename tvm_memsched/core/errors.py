@@ -30,6 +30,10 @@ class InputFileError(MemschedError, ValueError):
     """A file could not be read or parsed (missing, malformed JSON, corrupt flatbuffer)."""
 
 
+class UntrustedModelError(InputFileError):
+    """A model file needs code execution to load (pickles, native libraries) and was not marked trusted."""
+
+
 def last_line(exc: BaseException, limit: int = 240) -> str:
     """The last non-empty line of ``exc``'s message (where TVM, protobuf and friends put the reason), at most
     ``limit`` characters; the exception's type name if the message is empty.

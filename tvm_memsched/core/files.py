@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "output_dir", "copy_file"]
 
 
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
@@ -35,9 +35,9 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if os.path.exists(path):
+        if os.path.isfile(path) and not os.path.islink(path):
             try:
-                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+                os.chmod(tmp, os.lstat(path).st_mode & 0o7777)
             except OSError:
                 pass
         else:
@@ -51,3 +51,42 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
         except OSError:
             pass
         raise
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy ``src`` to ``dst`` by :func:`atomic_write` (a link at ``dst`` is replaced, never written through)."""
+    with open(src, "rb") as f:
+        atomic_write(dst, f.read())
+
+
+def output_dir(root: str | os.PathLike, *parts: str, drop_links: bool | None = None) -> str:
+    """The directory ``root/parts...``, created; below ``root`` (which the user named) no symbolic link is
+    followed: a link in the way is removed and a real directory made in its place, and links directly inside
+    the returned directory are removed too (``drop_links``, default: when ``parts`` are given), so tools
+    that write there (compilers, ``open``) cannot be redirected outside it. Returns the path.
+
+    >>> import os, tempfile
+    >>> d, elsewhere = tempfile.mkdtemp(), tempfile.mkdtemp()
+    >>> os.symlink(elsewhere, os.path.join(d, "include"))
+    >>> p = output_dir(d, "include", "sub")
+    >>> os.path.islink(os.path.join(d, "include")), os.path.isdir(p), os.listdir(elsewhere)
+    (False, True, [])
+    """
+    path = os.fspath(root)
+    os.makedirs(path, exist_ok=True)
+    for part in parts:
+        for name in part.replace("\\", "/").split("/"):
+            if name in ("", "."):
+                continue
+            if name == "..":
+                raise OSError(f"output folder part {part!r} leaves {root}")
+            path = os.path.join(path, name)
+            if os.path.islink(path):
+                os.unlink(path)
+            if not os.path.isdir(path):
+                os.mkdir(path)
+    if drop_links or drop_links is None and parts:
+        for entry in os.scandir(path):
+            if entry.is_symlink():
+                os.unlink(entry.path)
+    return path

@@ -79,9 +79,9 @@ MAX_BYTES = 2 ** 62
 def _check_size(value, what: str) -> int:
     """Return ``value`` as an int if it is a non-negative integer up to :data:`MAX_BYTES`, else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, float) and value.is_integer() and value >= 0:
-            return int(value)
-        raise GraphError(f"{what} must be a non-negative integer number of bytes, got {value!r}")
+        if not (isinstance(value, float) and value.is_integer()):
+            raise GraphError(f"{what} must be a non-negative integer number of bytes, got {value!r}")
+        value = int(value)          # 1e308 is an integer too: the limit below still applies
     if value < 0:
         raise GraphError(f"{what} must be a non-negative integer number of bytes, got {value!r}")
     if value > MAX_BYTES:

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.errors import BudgetError, MemschedError, UnsupportedError
-from ..core.files import atomic_write
+from ..core.files import atomic_write, copy_file, output_dir
 from .boards import Board, get_board
 
 __all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report", "RAM_BUDGET", "RAM_BUDGET_FLOOR"]
@@ -679,7 +679,7 @@ def _write(out_dir: str, name: str, prog, kernels, library: bool = False) -> dic
     """Write the C project (with the microkernel library's files if ``library``); returns ``{kind: path}``."""
     from .toolchain import tvm_include_dirs
 
-    os.makedirs(out_dir, exist_ok=True)
+    output_dir(out_dir)
     files = {}
 
     def put(kind, fname, text):
@@ -694,15 +694,14 @@ def _write(out_dir: str, name: str, prog, kernels, library: bool = False) -> dic
     from .nn import LIBRARY_FILES
 
     for fname in ("tvm_memsched_rt.c", "tvm_memsched_rt.h") + (LIBRARY_FILES if library else ()):
-        shutil.copyfile(os.path.join(_RUNTIME_DIR, fname), os.path.join(out_dir, fname))
+        copy_file(os.path.join(_RUNTIME_DIR, fname), os.path.join(out_dir, fname))
         files[fname.replace(".", "_")] = os.path.abspath(os.path.join(out_dir, fname))
     inc_dirs = tvm_include_dirs()
     for pkg, rel in _HEADERS:
         src = next((os.path.join(d, rel) for d in inc_dirs if os.path.exists(os.path.join(d, rel))), None)
         if src is None:
             raise MemschedError(f"TVM header {rel} not found in the installed wheels ({', '.join(inc_dirs)})")
-        dst = os.path.join(out_dir, "include", rel)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(src, dst)
+        dst = os.path.join(output_dir(out_dir, "include", os.path.dirname(rel)), os.path.basename(rel))
+        copy_file(src, dst)
     files["include"] = os.path.abspath(os.path.join(out_dir, "include"))
     return files

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..core.files import atomic_write, output_dir
 from .boards import Board
 from .toolchain import call_graph, compile_objects, find_tool, host_cc, link, section_sizes, stack_usage
 
@@ -135,8 +136,7 @@ def linker_script(path: str, flash_bytes: int, ram_bytes: int, stack_bytes: int)
         text = f.read()
     text = (text.replace("@FLASH_BYTES@", str(flash_bytes)).replace("@RAM_BYTES@", str(ram_bytes))
             .replace("@STACK_BYTES@", str(stack_bytes)))
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    atomic_write(path, text)
     return path
 
 
@@ -170,15 +170,15 @@ int main(void) {{
 def measure(exp, build_dir: str | None = None) -> Measurement:
     """Cross-compile ``exp`` for its board and measure it (see the module docstring)."""
     board = exp.board
-    build_dir = build_dir or os.path.join(exp.out_dir, "build", board.name)
-    os.makedirs(build_dir, exist_ok=True)
+    build_dir = build_dir or output_dir(exp.out_dir, "build", board.name)
+    output_dir(build_dir, drop_links=True)
     probes = {}
     for kind, body in (("model", f"  const void* const* volatile in = 0;\n  void* const* volatile out = 0;\n"
                                  f"  return {exp.name}_run(in, out);"),
                        ("bare", "  return 0;")):
         path = os.path.join(build_dir, f"probe_{kind}.c")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(_PROBE.format(what="the model" if kind == "model" else "nothing", name=exp.name, body=body))
+        atomic_write(path, _PROBE.format(what="the model" if kind == "model" else "nothing", name=exp.name,
+                                         body=body))
         probes[kind] = path
     objs = compile_model(exp, build_dir, board, extra_sources=[runtime_file("startup.c"), *probes.values()])
     by_name = {os.path.basename(o): o for o in objs.objects}

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.errors import MemschedError, UnsupportedError
+from ..core.files import atomic_write, output_dir
 from .boards import board_names, get_board
 from .builder import DoesNotFitError, MicroExport
 from .firmware import arm_link_flags, compile_model, linker_script, runtime_file, stack_estimate
@@ -170,7 +171,7 @@ def _write_harness(exp: MicroExport, sequence, build_dir: str, api: str = "auto"
     on separate buffers, ``"auto"`` the former when the model has it.
     """
     p, P = exp.name, exp.name.upper()
-    os.makedirs(build_dir, exist_ok=True)
+    output_dir(build_dir, drop_links=True)
     if api not in ("auto", "zero-copy", "run"):
         raise MemschedError(f"unknown harness api '{api}': use auto, zero-copy or run")
     if api == "zero-copy" and not exp.program.io_in_arena:
@@ -214,11 +215,9 @@ def _write_harness(exp: MicroExport, sequence, build_dir: str, api: str = "auto"
           table("void* const harness_outputs", buffers_out, "NULL"),
           table("const uint32_t harness_input_bytes", [f"{a.nbytes}u" for a in inputs], "0u"),
           table("const uint32_t harness_output_bytes", [f"{P}_OUTPUT_{i}_BYTES" for i in range(n_out)], "0u"), ""]
-    with open(os.path.join(build_dir, "harness_data.h"), "w", encoding="utf-8") as f:
-        f.write("\n".join(h))
+    atomic_write(os.path.join(build_dir, "harness_data.h"), "\n".join(h))
     path = os.path.join(build_dir, "harness_data.c")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(c))
+    atomic_write(path, "\n".join(c))
     return path
 
 

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 
 from ..core.errors import MemschedError
+from ..core.files import output_dir
 
 __all__ = ["ToolchainError", "CompileError", "DEBIAN_PACKAGES", "find_tool", "host_cc", "tvm_include_dirs",
            "compile_objects", "link", "section_sizes", "stack_usage", "call_graph", "run", "RunOutput"]
@@ -96,7 +97,7 @@ def compile_objects(cc: str, sources: list[str], out_dir: str, flags: list[str],
     With ``stack_usage`` GCC also writes ``<stem>.su`` (``-fstack-usage``) and the call graph with each
     function's frame, ``<stem>.ci`` (``-fcallgraph-info=su``; see :func:`call_graph`).
     """
-    os.makedirs(out_dir, exist_ok=True)
+    output_dir(out_dir, drop_links=True)      # no planted link redirects GCC's outputs
     objs, procs, warnings = [], [], []
     pending = list(sources)
     while pending or procs:

@@ -73,6 +73,9 @@ class Comparison:
     scheduling_seconds: float
     optimal: bool
     functions: list = field(default_factory=list)
+    reference: str = ""                                   # the runtime TVM's default outputs were checked against
+    reference_ok: bool | None = None
+    reference_max_abs_diff: float | None = None
     blocks: list = field(default_factory=list)
     default_storages: dict = field(default_factory=dict)
     default_profile: list = field(default_factory=list)   # stable bytes per kernel step, TVM's order
@@ -140,7 +143,9 @@ class Comparison:
             f"  kernel workspace: largest {mb(self.workspace_max_bytes)} (ours "
             f"{mb(self.memsched_workspace_max_bytes)}), all kernels {mb(self.workspace_total_bytes)}",
             f"  numerics: {'identical' if self.max_abs_diff == 0 else 'max abs diff %.3g' % self.max_abs_diff}"
-            f" ({'ok' if self.numerics_ok else 'MISMATCH'})",
+            f" ({'ok' if self.numerics_ok else 'MISMATCH'})" + (
+                f"; TVM's import vs {self.reference}: max abs diff {self.reference_max_abs_diff:.3g} "
+                f"({'ok' if self.reference_ok else 'MISMATCH'})" if self.reference else ""),
             f"  compile: TVM {self.default_compile_seconds:.2f}s, ours {self.memsched_compile_seconds:.2f}s "
             f"({self.memsched_compile_seconds / max(1e-9, self.default_compile_seconds):.2f}x; scheduling "
             f"{self.scheduling_seconds:.2f}s; this report's analysis {self.analysis_seconds:.2f}s more)",
@@ -257,7 +262,7 @@ def time_vm(ex, inputs, func: str = "main", repeat: int = 5) -> float:
 def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
             seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
             rewrite=False, int8: bool = True, repeat: int = 5, shrink_workspace: bool = True,
-            shrink_constants: bool = True, tile=False, **options) -> Comparison:
+            shrink_constants: bool = True, tile=False, reference=None, **options) -> Comparison:
     """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
 
     ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
@@ -272,6 +277,9 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     ``shrink_constants=False`` the constants as imported. ``tile``: patch-tile our side's first
     stage first (:class:`~tvm_memsched.relax.tiling.PatchTiling`; ``True`` or a dict of its
     options); the outputs are still checked against TVM's default build of the untiled model.
+    ``reference``: ``(name, run)``, ``run(inputs) -> outputs`` in the model's order (e.g. LiteRT's reference
+    kernels for a ``.tflite``): TVM's default outputs are also checked against it, so a wrong import, which
+    both builds share, shows (floats within ``rtol`` of the largest output, integers within 1).
     """
     target = as_target(target)
     st = stages(target)
@@ -374,6 +382,15 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         numerics_ok = len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, rtol=rtol, atol=atol)
                                                for x, y in zip(a, b))
         diff = _max_abs_diff(a, b)
+        if reference is not None:
+            ref_name, ref_run = reference
+            r = [np.asarray(x) for x in ref_run(inputs)]
+            d0 = run_vm(d_ex, inputs)
+            ref_diff = _max_abs_diff(d0, r) if len(d0) == len(r) and all(
+                x.shape == y.shape for x, y in zip(d0, r)) else float("inf")
+            ref_ok = ref_diff <= max((1.0 if y.dtype.kind in "iub" else
+                                      rtol * 10 * max(1.0, float(np.max(np.abs(y))) if y.size else 1.0))
+                                     for y in r) if r else ref_diff == 0
         if repeat:
             t_d, t_m = time_vm(d_ex, inputs, repeat=repeat), time_vm(m_ex, inputs, repeat=repeat)
     blocks = [r.to_dict() for r in reorder.report]
@@ -390,6 +407,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         workspace_max_bytes=max(ws or [0]), workspace_total_bytes=sum(ws),
         memsched_workspace_max_bytes=max(m_ws or [0]),
         numerics_ok=numerics_ok, max_abs_diff=diff,
+        **({"reference": ref_name, "reference_ok": bool(ref_ok), "reference_max_abs_diff": ref_diff}
+           if run and reference is not None else {}),
         default_compile_seconds=round(t_default, 3), memsched_compile_seconds=round(t_ours, 3),
         analysis_seconds=round(t_analysis, 3),
         default_peak_rss_bytes=max(rss_common.peak_bytes, rss_default.peak_bytes),

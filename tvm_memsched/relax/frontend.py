@@ -28,11 +28,13 @@ tvm_memsched.core.errors.UnsupportedError: unsupported model file 'model.h5': ex
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 
 from ..core.errors import InputFileError, UnsupportedError, last_line
 
-__all__ = ["from_file", "from_tflite_file", "from_tflite_bytes", "MODEL_EXTENSIONS"]
+__all__ = ["from_file", "from_tflite_file", "from_tflite_bytes", "tensors_by_index", "MODEL_EXTENSIONS"]
 
 #: model file extensions :func:`from_file` imports
 MODEL_EXTENSIONS = (".tflite", ".onnx", ".pt2")
@@ -61,7 +63,7 @@ def from_file(path: str, input_shapes: dict | None = None):
     if ext == ".onnx":
         from .onnx_frontend import from_onnx_bytes
 
-        return from_onnx_bytes(buf, input_shapes, path)
+        return from_onnx_bytes(buf, input_shapes, path, os.path.dirname(os.path.abspath(path)))
     from .torch_frontend import from_pt2_bytes
 
     return from_pt2_bytes(buf, input_shapes, path)
@@ -92,12 +94,52 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
         if model.SubgraphsLength() < 1:
             raise InputFileError(f"{what} has no subgraph")
         _check_offset_buffers(model, len(buf), what)
-        if is_stateful_tflite(model, OperatorConverter(model, model.Subgraphs(0), None, None)):
-            return import_stateful(model, OperatorConverter)
-        return from_tflite(model, op_converter=OperatorConverter)
+        with tensors_by_index(model):
+            if is_stateful_tflite(model, OperatorConverter(model, model.Subgraphs(0), None, None)):
+                return import_stateful(model, OperatorConverter)
+            return from_tflite(model, op_converter=OperatorConverter)
 
     # the flatbuffer reader and the frontend raise assorted errors on bad input
-    return quiet_import(run, lambda e: InputFileError(f"{what} could not be imported: {last_line(e, 400)}"))
+    mod = quiet_import(run, lambda e: InputFileError(f"{what} could not be imported: {last_line(e, 400)}"))
+    from .input_shapes import check_static
+
+    check_static(mod, what)        # and every tensor within the size limit
+    return mod
+
+
+@contextlib.contextmanager
+def tensors_by_index(model):
+    """Within the block, TVM's TFLite importer tells tensors apart by index, not by name.
+
+    TFLite identifies a tensor by its index; names need not be unique, but TVM's
+    importer keys its expressions by name, so two tensors named alike would be
+    conflated (a different function, silently). Where a subgraph repeats a name,
+    every tensor holding it is named ``<name>#<index>`` for the import (unique
+    names are kept as they are). TVM's importer is patched for the block's duration.
+    """
+    from tvm.relax.frontend.tflite import tflite_frontend
+
+    repeated = set()
+    for s in range(model.SubgraphsLength()):
+        sg = model.Subgraphs(s)
+        count = collections.Counter(sg.Tensors(t).Name() for t in range(sg.TensorsLength()))
+        repeated |= {name for name, n in count.items() if n > 1}
+    if not repeated:
+        yield
+        return
+    original = tflite_frontend.get_tensor_name
+
+    def get_tensor_name(subgraph, tensor_idx):
+        name = original(subgraph, tensor_idx)
+        if subgraph.Tensors(tensor_idx).Name() in repeated:
+            return f"{name}#{tensor_idx}"
+        return name
+
+    tflite_frontend.get_tensor_name = get_tensor_name
+    try:
+        yield
+    finally:
+        tflite_frontend.get_tensor_name = original
 
 
 def _check_offset_buffers(model, n: int, what: str) -> None:

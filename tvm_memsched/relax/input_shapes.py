@@ -29,6 +29,7 @@ import tvm
 from tvm import relax
 
 from ..core.errors import UnsupportedError
+from ..core.limits import check_tensor_bytes
 
 __all__ = ["bind_input_shapes", "check_static", "shape_text"]
 
@@ -88,11 +89,27 @@ def bind_input_shapes(mod, shapes: dict | None, what: str):
     return relax.transform.BindSymbolicVars(binding, "main")(mod)
 
 
+def _check_bytes(ty, name: str, what: str) -> None:
+    if isinstance(ty, relax.TupleType):
+        for f in ty.fields:
+            _check_bytes(f, name, what)
+    elif isinstance(ty, relax.TensorType) and _dims(ty) is not None and ty.dtype:
+        dims = [int(d) for d in _dims(ty)]
+        n = 1
+        for d in dims:
+            n *= d
+        check_tensor_bytes(n * ((tvm.DataType(ty.dtype).bits * tvm.DataType(ty.dtype).lanes + 7) // 8), name,
+                           what, dims)
+
+
 def check_static(mod, what: str) -> None:
-    """Raise :class:`UnsupportedError` unless ``main``'s inputs and every binding have static shapes."""
+    """Raise :class:`UnsupportedError` unless ``main``'s inputs and every binding have static shapes, each
+    tensor within :data:`~tvm_memsched.core.limits.MAX_TENSOR_BYTES`."""
     func = mod["main"]
     for p in func.params:
-        if not _static(p.ty):
+        if _static(p.ty):
+            _check_bytes(p.ty, p.name, what)
+        else:
             dims = _dims(p.ty) or []
             hint = shape_text([d if isinstance(d, tvm.tirx.IntImm) else 1 for d in dims]) if dims else "..."
             raise UnsupportedError(f"{what}: input '{p.name}' has a symbolic shape ({shape_text(dims)}); give a "
@@ -103,3 +120,4 @@ def check_static(mod, what: str) -> None:
             if not _static(b.var.ty):
                 raise UnsupportedError(f"{what}: '{b.var.name}' has a dynamic shape ({b.var.ty}) that depends on "
                                        "the data; only static shapes can be planned")
+            _check_bytes(b.var.ty, b.var.name, what)

@@ -71,7 +71,7 @@ def native_stderr_to_file(path: str):
     >>> open(log).read()
     'from C++\\n'
     """
-    return _descriptor2_to(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), keep_python=True)
+    return _descriptor2_to(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600), keep_python=True)
 
 
 def quiet_import(fn, classify):

@@ -90,6 +90,36 @@ def _evaluate(node, values: dict, opset: int):
     return [np.asarray(r) for r in res]
 
 
+def _too_big(node, values: dict, shapes: dict) -> bool:
+    """Whether ``node``'s result would exceed :data:`MAX_ELEMENTS` (from shape inference, or from its constant
+    inputs for the operators whose result size they set), so it is not evaluated.
+
+    >>> from onnx import helper
+    >>> big = helper.make_node("ConstantOfShape", ["s"], ["y"])
+    >>> _too_big(big, {"s": np.array([1, 2 ** 19, 2 ** 10])}, {}), _too_big(big, {"s": np.array([3])}, {})
+    (True, False)
+    """
+    if any(o in shapes and int(np.prod(shapes[o], dtype=object)) > MAX_ELEMENTS for o in node.output):
+        return True
+    ins = [values[i] for i in node.input if i]
+    try:
+        if node.op_type == "ConstantOfShape":
+            n = int(np.prod([int(d) for d in ins[0].reshape(-1)], dtype=object))
+        elif node.op_type == "Expand":
+            n = int(np.prod(np.broadcast_shapes(ins[0].shape, tuple(int(d) for d in ins[1].reshape(-1))),
+                            dtype=object))
+        elif node.op_type == "Tile":
+            n = int(np.prod([a * int(r) for a, r in zip(ins[0].shape, ins[1].reshape(-1))], dtype=object))
+        elif node.op_type == "Range":
+            start, limit, delta = (float(a.reshape(-1)[0]) for a in ins[:3])
+            n = int(np.ceil((limit - start) / delta)) if delta else MAX_ELEMENTS + 1
+        else:
+            return False
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return True
+    return n > MAX_ELEMENTS
+
+
 def fold_shapes(model, input_shapes: dict | None = None, rounds: int = 8):
     """A copy of the ONNX ``model`` with its constant shape arithmetic folded (see the module docstring).
 
@@ -128,6 +158,9 @@ def _fold_round(model) -> bool:
         elif node.op_type == "Size" and ins and ins[0] in shapes:
             outs = [np.array(int(np.prod(shapes[ins[0]])), np.int64)]
         elif all(i in values for i in ins) and node.op_type not in ("Shape", "Size"):
+            if _too_big(node, values, shapes):   # never evaluate a size bomb to find out
+                keep.append(node)
+                continue
             try:
                 outs = _evaluate(node, values, opset)
             except Exception:   # leave anything the reference cannot evaluate to TVM

@@ -3,7 +3,9 @@
 The model is parsed with the ``onnx`` package (the optional extra ``onnx``),
 checked for a graph and an opset list (a file cut short either fails to parse
 or, cut between two fields, parses without what follows the graph), its
-constant shape arithmetic folded (:mod:`.onnx_fold`) and imported with
+stored tensors checked and external data read from the model's folder only
+(:mod:`.onnx_data`), constant shape arithmetic folded (:mod:`.onnx_fold`),
+inferred tensor sizes checked against a limit, and imported with
 ``tvm.relax.frontend.onnx.from_onnx``, weights as constants. Input shapes come
 from the file; ``input_shapes`` sets symbolic ones (and may restate static
 ones). Errors: :class:`InputFileError` for unreadable or invalid files,
@@ -31,13 +33,17 @@ import warnings
 from ..core.errors import InputFileError, UnsupportedError, last_line
 from .input_shapes import check_static
 from .native_log import quiet_import
+from .onnx_data import check_activation_sizes, resolve_tensors
 from .onnx_fold import fold_shapes
 
 __all__ = ["from_onnx_bytes"]
 
 
-def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model"):
-    """Import the ONNX model ``buf`` (bytes of a ``.onnx`` file) into Relax (see the module docstring)."""
+def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model", base_dir: str | None = None):
+    """Import the ONNX model ``buf`` (bytes of a ``.onnx`` file) into Relax (see the module docstring).
+
+    ``base_dir``: the model file's folder, where its external data is read (:func:`.onnx_data.resolve_tensors`);
+    ``None`` refuses external data."""
     try:
         import onnx
     except ImportError:
@@ -54,6 +60,7 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
         raise InputFileError(f"{what} is not an ONNX model (no graph nodes; empty or truncated file?)")
     if not len(model.opset_import):
         raise InputFileError(f"{what} is not a complete ONNX model (no opset_import; truncated file?)")
+    resolve_tensors(model, base_dir, what)
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]
     unknown = sorted(set(input_shapes or {}) - set(inputs))
@@ -70,6 +77,7 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
                                        f"{'x'.join('?' if d is None else str(d) for d in dims)} (rank {len(dims)}); "
                                        f"--input-shape gives {'x'.join(map(str, given))}")
     model = fold_shapes(model, shape_dict)
+    check_activation_sizes(model, what)
 
     def run():
         with warnings.catch_warnings():    # TVM re-warns what onnx's checker says about untyped outputs

@@ -1,6 +1,7 @@
 """PyTorch programs saved with ``torch.export.save`` (``.pt2``) -> Relax (used by :mod:`.frontend`).
 
-The file is loaded with ``torch.export.load`` and imported with
+The file is read by :func:`.pt2_archive.load_exported_program` (nothing in it is
+unpickled or executed unless ``trust_model_code``) and imported with
 ``tvm.relax.frontend.torch.from_exported_program`` (weights as constants, a
 single result unwrapped). Dimensions the program leaves symbolic
 (``torch.export.Dim``) are set from ``input_shapes``. Errors:
@@ -22,20 +23,23 @@ R.Tensor((1, 4), dtype="float32")
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 import warnings
 
-from ..core.errors import InputFileError, UnsupportedError, last_line
+from ..core.errors import InputFileError, MemschedError, UnsupportedError, last_line
 from .input_shapes import bind_input_shapes, check_static
 from .native_log import quiet_import
+from .pt2_archive import load_exported_program
 
 __all__ = ["from_pt2_bytes"]
 
 
-def from_pt2_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model"):
-    """Import a ``torch.export`` program (bytes of a ``.pt2`` file) into Relax (see the module docstring)."""
+def from_pt2_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model",
+                   trust_model_code: bool | None = None):
+    """Import a ``torch.export`` program (bytes of a ``.pt2`` file) into Relax (see the module docstring).
+
+    ``trust_model_code``: as in :func:`.pt2_archive.load_exported_program`."""
     try:
         import torch
     except ImportError:
@@ -48,7 +52,9 @@ def from_pt2_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "mo
         log.setLevel(logging.CRITICAL)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ep = torch.export.load(io.BytesIO(bytes(buf)))
+            ep = load_exported_program(buf, what, trust_model_code)
+    except MemschedError:
+        raise
     except Exception as e:  # zipfile.BadZipFile, RuntimeError, KeyError, pickle errors...
         raise InputFileError(f"{what} is not a readable torch.export program (.pt2): "
                              f"{type(e).__name__}: {last_line(e, 160)}") from None

@@ -30,6 +30,7 @@ import os
 
 from .netdef import Layer, Net, NetBuilder
 from .registry import DEFAULT_MODEL, default_model, get_net, info, names
+from ..core.files import atomic_write
 
 __all__ = ["Layer", "Net", "NetBuilder", "names", "info", "get_net", "default_model", "DEFAULT_MODEL",
            "graph", "graph_json", "tflite", "load"]
@@ -55,8 +56,7 @@ def tflite(name: str, dtype: str = "float32", path: str | os.PathLike | None = N
 
     buf = net_to_tflite(get_net(name), dtype, seed=seed)
     if path is not None:
-        with open(path, "wb") as f:
-            f.write(buf)
+        atomic_write(path, buf)
     return buf
 
 

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from . import get_net, graph, graph_json, info, names, tflite
+from ..core.files import atomic_write
 
 
 def _list(size):
@@ -42,8 +43,7 @@ def main(argv=None) -> int:
         elif args.cmd == "graph":
             text = graph_json(args.name, args.dtype, indent=1)
             if args.output:
-                with open(args.output, "w", encoding="utf-8") as f:
-                    f.write(text + "\n")
+                atomic_write(args.output, text + "\n")
             else:
                 print(text)
         else:

@@ -49,6 +49,7 @@ from typing import Mapping
 import numpy as np
 
 from .netdef import Layer, Net, same_pads
+from ..core.files import atomic_write
 
 __all__ = ["net_to_tflite", "write_tflite", "tflite_padding", "nchw_to_nhwc", "nhwc_to_nchw"]
 
@@ -249,6 +250,5 @@ def net_to_tflite(net: Net, dtype: str = "float32", *, weights: Mapping[str, np.
 def write_tflite(net: Net, path: str | os.PathLike, dtype: str = "float32", **kwargs) -> int:
     """Write ``net`` as a ``.tflite`` file; returns the number of bytes written."""
     buf = net_to_tflite(net, dtype, **kwargs)
-    with open(path, "wb") as f:
-        f.write(buf)
+    atomic_write(path, buf)
     return len(buf)

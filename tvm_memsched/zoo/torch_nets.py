@@ -41,6 +41,7 @@ import warnings
 
 import torch
 from torch import nn
+from ..core.files import atomic_write
 
 __all__ = ["squeezenet", "inception_v1", "densenet", "shufflenet_v2", "mobilenet_v2", "NETWORKS", "export_onnx",
            "export_pt2", "example_input"]
@@ -282,5 +283,4 @@ def export_pt2(net: nn.Module, f, image_size: int = 224, *, dynamic_batch: bool 
     if hasattr(f, "write"):
         f.write(buf.getvalue())
     else:
-        with open(f, "wb") as out:
-            out.write(buf.getvalue())
+        atomic_write(f, buf.getvalue())

@@ -23,6 +23,7 @@ from ...core.errors import MemschedError, UnsupportedError
 from .cost import EdgeTpuCostModel, Segmentation, evaluate, stage_io
 from .learned import segment_learned
 from .segment import segment
+from ...core.files import atomic_write
 
 __all__ = ["edgetpu_compiler_commands", "write_segments", "run_segments", "coral_export"]
 
@@ -138,8 +139,7 @@ def write_segments(tg, seg: Segmentation, out_dir: str, *, stem: str | None = No
         buf = builder.serialize(model)
         fname = f"{stem}_seg{s}.tflite"
         path = os.path.join(out_dir, fname)
-        with open(path, "wb") as f:
-            f.write(buf)
+        atomic_write(path, buf)
         files.append((path, buf))
         sub = read_tflite(buf, name=f"{stem}_seg{s}")
         peak = peak_bytes(sub.graph, list(range(sub.graph.num_ops)))
@@ -207,9 +207,7 @@ def write_segments(tg, seg: Segmentation, out_dir: str, *, stem: str | None = No
 
 
 def _write_manifest(out_dir: str, manifest: dict) -> None:
-    with open(os.path.join(out_dir, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1)
-        f.write("\n")
+    atomic_write(os.path.join(out_dir, "manifest.json"), json.dumps(manifest, indent=1) + "\n")
 
 
 def _tname(code) -> str:
