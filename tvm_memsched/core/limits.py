@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .errors import UnsupportedError
 
-__all__ = ["MAX_TENSOR_BYTES", "check_tensor_bytes"]
+__all__ = ["MAX_TENSOR_BYTES", "check_tensor_bytes", "available_memory", "check_available_memory"]
 
 #: the largest tensor (stored or computed) a model may declare, in bytes
 MAX_TENSOR_BYTES = 1 << 30
@@ -28,3 +28,27 @@ def check_tensor_bytes(nbytes: int, name: str, what: str, shape=None, limit: int
         dims = f" of shape {'x'.join(map(str, shape))}" if shape is not None else ""
         raise UnsupportedError(f"{what}: tensor '{name}'{dims} needs {nbytes:,} bytes, more than the {limit:,} B "
                                "limit per tensor")
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (``MemAvailable``), or None where unknown.
+
+    >>> m = available_memory(); m is None or m > 0
+    True
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_available_memory(nbytes: int, what: str, hint: str = "") -> None:
+    """Raise :class:`UnsupportedError` if ``nbytes`` exceed the memory available now (when it is known)."""
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise UnsupportedError(f"{what} needs about {nbytes:,} bytes of memory, {free:,} are available"
+                               + (f"; {hint}" if hint else ""))
