@@ -75,7 +75,16 @@ def cmd_info(args) -> int:
     from ..core.bounds import lower_bound_details
     from ..schedulers import schedule
 
-    graph = load_graph_spec(args.graph, args.input_shape)
+    from .models import is_tflite_spec, load_tflite_spec
+
+    scheme = None
+    if is_tflite_spec(args.graph):
+        from ..tflite.quantization import quantization_scheme
+
+        tg = load_tflite_spec(args.graph)
+        graph, scheme = tg.graph, quantization_scheme(tg.model)
+    else:
+        graph = load_graph_spec(args.graph, args.input_shape)
     lb = lower_bound_details(graph)
     info = {"name": graph.name, "ops": graph.num_ops, "tensors": graph.num_tensors,
             "inputs": len(graph.inputs), "outputs": len(graph.outputs),
@@ -83,11 +92,15 @@ def cmd_info(args) -> int:
             "lower_bound": lb.to_dict(), "baseline_peaks": {}}
     for m in ("program", "kahn", "rpo"):
         info["baseline_peaks"][m] = schedule(graph, m).peak_bytes
+    if scheme is not None:
+        info["quantization"] = scheme
     if args.json:
         print(json.dumps(info))
         return 0
     print(f"graph {graph.name}: {graph.num_ops} ops, {graph.num_tensors} tensors, "
           f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs")
+    if scheme is not None:
+        print(f"quantization:           {scheme}")
     print(f"total activation bytes: {graph.total_bytes} ({fmt_bytes(graph.total_bytes)})")
     print(f"lower bound:            {lb.bytes} ({fmt_bytes(lb.bytes)})  [op {lb.op_bound}, "
           f"must-live {lb.must_live_bound} at {lb.op}, end {lb.end_bound}]")

@@ -36,7 +36,7 @@ import re
 from .. import zoo
 from ..core.errors import InputFileError, MemschedError, UnsupportedError
 
-__all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "parse_input_shapes", "add_input_shape_argument",
+__all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "is_tflite_spec", "parse_input_shapes", "add_input_shape_argument",
            "add_layout_argument", "add_verbose_argument", "is_model_file", "load_graph_spec", "load_relax_spec",
            "load_tflite_spec", "tflite_bytes"]
 
@@ -89,6 +89,13 @@ def add_input_shape_argument(parser) -> None:
 
 def _extension(spec: str) -> str:
     return os.path.splitext(spec)[1].lower()
+
+
+def is_tflite_spec(spec: str) -> bool:
+    """True if ``spec`` names a ``.tflite`` file or a zoo network as ``.tflite`` (``zoo:NAME[:int8]`` are both
+    written as .tflite by the zoo; the float zoo networks only when a command asks for a .tflite)."""
+    z = parse_zoo_spec(spec)
+    return (z is not None and z[1] != "float32") or (z is None and _extension(spec) == ".tflite")
 
 
 def is_model_file(spec: str) -> bool:

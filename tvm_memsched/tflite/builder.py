@@ -51,7 +51,8 @@ __all__ = ["schema", "tfl", "ModelBuilder", "AlignedBufferT", "serialize", "writ
 #: numpy dtype -> ``TensorType`` value.
 TENSOR_TYPES = {np.dtype(np.float32): tfl.TensorType.FLOAT32, np.dtype(np.int32): tfl.TensorType.INT32,
                 np.dtype(np.int8): tfl.TensorType.INT8, np.dtype(np.uint8): tfl.TensorType.UINT8,
-                np.dtype(np.int16): tfl.TensorType.INT16, np.dtype(np.int64): tfl.TensorType.INT64}
+                np.dtype(np.int16): tfl.TensorType.INT16, np.dtype(np.int64): tfl.TensorType.INT64,
+                np.dtype(np.float16): tfl.TensorType.FLOAT16}
 
 
 #: bytes per element of each TensorType name (None: no fixed size, unsupported as an activation).
