@@ -470,7 +470,9 @@ def _cpsat(items, upper, lower, time_limit, hint, pairs=(), unit: int = 1):
         offs, top, opt = res
         return {k: v * unit for k, v in offs.items()}, top * unit, opt
     try:
-        from ortools.sat.python import cp_model
+        from .cpsat import cp_model as _cp_model
+
+        cp_model = _cp_model()
     except ImportError:
         return None
     m = cp_model.CpModel()

@@ -155,7 +155,9 @@ def solve_ilp(graph: Graph, atoms: list[tuple[int, ...]], *, start: int = 0, hin
     and a fixed seed (the same model always gives the same result).
     """
     try:
-        from ortools.sat.python import cp_model
+        from ..core.cpsat import cp_model as _cp_model
+
+        cp_model = _cp_model()
     except ImportError:
         raise UnsupportedError("method 'ilp' needs OR-Tools (pip install 'tvm_memsched[ilp]')") from None
     t_begin = time.perf_counter()

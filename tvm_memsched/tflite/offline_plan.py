@@ -175,7 +175,9 @@ def tflm_tensor_order(tg: TFLiteGraph, order: Sequence, tie: str) -> list[int]:
 def _cpsat_place(bufs: list, hint: dict, upper: int, lower: int, det_time: float):
     """Exact placement (CP-SAT no-overlap-2D over time x address), single worker and a deterministic time
     limit so the result is reproducible; ``(offsets, size, optimal)`` or None. Sizes are 16-byte units."""
-    from ortools.sat.python import cp_model
+    from ..core.cpsat import cp_model as _cp_model
+
+    cp_model = _cp_model()
 
     a = TFLM_ALIGNMENT
     m = cp_model.CpModel()

@@ -177,7 +177,9 @@ def cpsat_segment(costs: StageCosts, k: int, *, hint: Sequence[int] | None = Non
     ``deterministic_time`` (CP-SAT's reproducible work measure) instead of a
     wall-clock limit it is deterministic on any machine and under any load.
     """
-    from ortools.sat.python import cp_model
+    from ...core.cpsat import cp_model as _cp_model
+
+    cp_model = _cp_model()
 
     g = costs.graph
     n = g.num_ops
