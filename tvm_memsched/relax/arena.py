@@ -130,6 +130,10 @@ def _inplace_candidates(st: _Seq, step: int, call, analyzer) -> None:
             continue
         if tensor_bytes(src.ty, "kernel input") != st.owners[a][3]:
             continue                  # a partial view: its bytes are not the whole buffer
+        if any(j != i and isinstance(x, relax.Var) and a in st.alias_of(x)
+               for j, x in enumerate(args[:len(args) - n_out])):
+            continue                  # the buffer is also read as another input (a view, or passed twice),
+            #                           whose accesses the kernel's proof for input i does not cover
         st.inplace.append((step, a, dst, call.op.name_hint, shift))
 
 
