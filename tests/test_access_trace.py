@@ -185,3 +185,22 @@ def test_bounds_of_a_large_kernel_take_little_time_and_memory():
     assert spans.steps <= MAX_STEPS and peak < 256 << 20 and seconds < 30
     # one row and one pixel of lag (the pixel's own window taken as read after its writes at this granularity)
     assert (w + 1) * c <= shift <= (w + 2) * c
+
+
+def test_each_kernel_body_is_analysed_once(monkeypatch):
+    """Repeated kernels (same body, other attributes) reuse the first analysis: access_spans runs once."""
+    import tvm_memsched.relax.inplace as ip
+
+    calls = []
+    real = ip.access_spans
+    monkeypatch.setattr(ip, "access_spans", lambda f, *a, **k: calls.append(1) or real(f, *a, **k))
+    monkeypatch.setattr(ip, "_SPANS", {})
+    monkeypatch.setattr(ip, "_SHIFTS", {})
+    cfg = dict(c=2, h=5, w=6, k=3, s=1, d=1, pad=1, nhwc=True, accumulate=False)
+    src, _, _ = kernel_source(cfg)
+    first = ip._shifts_cached(_func(src), 1, ())
+    again = ip._shifts_cached(_func(src).with_attr("global_symbol", "another_name"), 1, ())
+    assert first == again and first and len(calls) == 1
+    cfg["k"] = 1                                  # a different body is analysed anew
+    ip._shifts_cached(_func(kernel_source(cfg)[0]), 1, ())
+    assert len(calls) == 2
