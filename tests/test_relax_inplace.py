@@ -184,3 +184,33 @@ def test_candidate_kernels_finds_residual_kernels():
                                      + st["finalize"][:[p.info.name for p in st["finalize"]]
                                                       .index("StaticPlanBlockMemory")])(residual_module())
     assert candidate_kernels(m)
+
+
+def test_vm_targets_take_shifts_only_on_affine_accesses():
+    """A gather through divisions (a reshape-transpose) keeps no shifted overlap where the code generator
+    may reorder loads and stores (LLVM); a window (affine rows) keeps its shift; the C target keeps both."""
+    from tvm.script import tirx as T
+
+    from tvm_memsched.relax.inplace import InplaceAnalyzer, kernel_inplace_shifts
+
+    @T.prim_func(s_tir=True)
+    def gather(a: T.Buffer((8, 6), "float32"), b: T.Buffer((6, 8), "float32")):
+        for i, j in T.grid(6, 8):
+            with T.sblock("b"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                b[vi, vj] = a[(vi * 8 + vj) % 8, (vi * 8 + vj) // 8]
+
+    @T.prim_func(s_tir=True)
+    def window(a: T.Buffer((8,), "float32"), b: T.Buffer((8,), "float32")):
+        for i in range(8):
+            with T.sblock("b"):
+                v = T.axis.spatial(8, i)
+                b[v] = a[v] + T.if_then_else(v > 0, a[v - 1], T.float32(0))
+
+    mod = tvm.IRModule({"gather": gather, "window": window})
+    args = [relax.Var("x", relax.TensorType((8, 6), "float32")), relax.Var("y", relax.TensorType((6, 8), "float32"))]
+    wargs = [relax.Var("x", relax.TensorType((8,), "float32")), relax.Var("y", relax.TensorType((8,), "float32"))]
+    assert any(s > 0 for _i, _o, s in kernel_inplace_shifts(gather, 1))
+    assert any(s > 0 for _i, _o, s in InplaceAnalyzer(mod).pairs(mod.get_global_var("gather"), args, 1))
+    assert not InplaceAnalyzer(mod, shifted=False).pairs(mod.get_global_var("gather"), args, 1)
+    assert InplaceAnalyzer(mod, shifted=False).pairs(mod.get_global_var("window"), wargs, 1) == [(0, 1, 4)]

@@ -120,7 +120,7 @@ def test_tradeoff_is_checked_and_places_the_passes():
         ShrinkWorkspace(mode="quick")
     with pytest.raises(ValueError, match="allowance"):
         BalanceKernels(allowance=-1)
-    names = pipeline(LLVM).pass_names()
+    names = pipeline(LLVM, tradeoff="balanced").pass_names()
     assert names.index("ChannelsFirstReduction") < names.index("ShrinkWorkspace") \
         < names.index("MemoryAwareReorder") < names.index("BalanceKernels")
     for t in ("memory", "speed"):
@@ -141,3 +141,12 @@ def test_channels_innermost_convolutions_sum_in_nchw_order():
     k = loops.index("rc")
     assert loops[k:k + 3] == ["rc", "ry", "rx"] and loops[k + 3].startswith("ff")
     assert channels_first_reduction(mod.without_attr(CONVERTED_ATTR))[1] == []   # only converted models
+
+
+def test_faster_kernels_take_only_structural_overlaps_on_llvm():
+    """Banded kernels on LLVM (whose code generator may reorder across buffers) get no shifted overlaps;
+    the least-memory default keeps the affine ones; the C target keeps all."""
+    assert pipeline(LLVM, tradeoff="balanced").arena.shifted == "exact"
+    assert pipeline(LLVM, tradeoff="speed").arena.shifted == "exact"
+    assert pipeline(LLVM).arena.shifted is None
+    assert pipeline({"kind": "c"}, tradeoff="balanced").arena.shifted is None

@@ -369,15 +369,16 @@ def _taken_kernels(st: _Seq, placed: dict) -> list:
 
 
 def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                workspace=None, io: bool = False, inplace: bool = False):
+                workspace=None, io: bool = False, inplace: bool = False, shifted="all"):
     """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
 
     ``workspace``, ``io``: see :func:`plan_function`; ``inplace``: let kernel outputs take over
-    dying inputs where the kernels' TIR allows it. Returns ``(new module, [FunctionPlan])``.
+    dying inputs where the kernels' TIR allows it (``shifted``: which overlaps, see
+    :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`). Returns ``(new module, [FunctionPlan])``.
     """
     from .inplace import InplaceAnalyzer
 
-    analyzer = InplaceAnalyzer(mod) if inplace else None
+    analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
     new_mod = mod.clone()
     reports = []
     fallback = False

@@ -40,6 +40,7 @@ from .inline_producers import InlineProducers
 from .tiling import PatchTiling
 from .balance_kernels import BalanceKernels
 from .shrink_workspace import MODES as TRADEOFFS
+from .inplace import SHIFTED_TARGETS
 from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
@@ -71,7 +72,7 @@ class MemschedPipeline:
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
                  shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", tile=False,
-                 inline_producers=True, tradeoff="balanced", allowance=0.10, **options):
+                 inline_producers=True, tradeoff="memory", allowance=0.10, **options):
         if tradeoff not in TRADEOFFS:
             raise ValueError(f"unknown tradeoff {tradeoff!r}; use one of {', '.join(TRADEOFFS)}")
         self.target = as_target(target)
@@ -84,7 +85,11 @@ class MemschedPipeline:
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
                                           target=self.target, progress=progress, inplace=inplace,
                                           **options) if reorder else None
-        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace) if plan else None
+        # faster (banded) kernels reorder their loads and stores more: where the code generator may
+        # reorder across buffers (LLVM, see inplace.SHIFTED_TARGETS) only structural overlaps then
+        shifted = None if tradeoff == "memory" or self.target.kind.name in SHIFTED_TARGETS else "exact"
+        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace, target=self.target,
+                                     shifted=shifted) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target, mode=tradeoff) if shrink_workspace else None
         self.balance = BalanceKernels(allowance, self.target, inplace) \
             if shrink_workspace and tradeoff == "balanced" else None
@@ -126,7 +131,7 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
              reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
              extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
              shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto", tile=False,
-             inline_producers: bool = True, tradeoff: str = "balanced", allowance: float = 0.10,
+             inline_producers: bool = True, tradeoff: str = "memory", allowance: float = 0.10,
              **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
@@ -149,12 +154,15 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     element-wise producer a kernel of its own (default: cheap ones used once are computed inside their
     consumer, :class:`~tvm_memsched.relax.inline_producers.InlineProducers`). ``tradeoff``: kernel
     speed against kernel workspace (:class:`~tvm_memsched.transform.ShrinkWorkspace`'s ``mode``):
-    ``"memory"`` the least workspace everywhere (a convolution's padding read through a bounds test
-    per multiply-accumulate), ``"speed"`` padding computed in bands of rows (kernels as fast as TVM's
-    or faster, a little workspace), ``"balanced"`` (default) the faster kernel wherever the peak of
-    live tensors plus workspace stays within ``allowance`` (10%) of the memory variant's
-    (:class:`~tvm_memsched.relax.balance_kernels.BalanceKernels`, after the reorder). Other options
-    go to the scheduler.
+    ``"memory"`` (default) the least workspace everywhere (a convolution's padding read through a bounds
+    test per multiply-accumulate), ``"speed"`` padding computed in bands of rows (a little workspace),
+    ``"balanced"`` the faster kernel wherever the peak of live tensors plus workspace stays within
+    ``allowance`` (10%) of the memory variant's (:class:`~tvm_memsched.relax.balance_kernels.BalanceKernels`,
+    after the reorder). With ``"speed"`` and ``"balanced"`` on targets whose code generator may reorder
+    a kernel's loads and stores across its buffers (LLVM; see
+    :data:`~tvm_memsched.relax.inplace.SHIFTED_TARGETS`) only structural in-place overlaps are taken (a
+    banded avg-pool run over its input 0 B below computed other values). Other options go to the
+    scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
                             extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,

@@ -108,12 +108,16 @@ class ArenaPlanMemory:
     inplace : bool
         Let a kernel output share memory with a kernel input that dies at the call
         when the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`).
+    shifted : {None, "all", "affine", "exact"}
+        Which overlaps (:class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); default: ``"all"`` for
+        target kinds in :data:`~tvm_memsched.relax.inplace.SHIFTED_TARGETS` (``target``, else the
+        current one), ``"affine"`` for others.
     """
 
     def __init__(self, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                 workspace: str | None = None, target=None, inplace: bool = True):
+                 workspace: str | None = None, target=None, inplace: bool = True, shifted=None):
         self.alignment, self.exact, self.time_limit = alignment, exact, time_limit
-        self.workspace, self.target, self.inplace = workspace, target, inplace
+        self.workspace, self.target, self.inplace, self.shifted = workspace, target, inplace, shifted
         self.report = []
 
     def transform_module(self, mod, ctx):
@@ -121,8 +125,14 @@ class ArenaPlanMemory:
         if self.workspace is not None:
             target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
             meter = WorkspaceMeter(mod, target, self.workspace)
+        from .inplace import SHIFTED_TARGETS
+
+        target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
+        shifted = self.shifted or ("all" if target is not None and target.kind.name in SHIFTED_TARGETS
+                                   else "affine")
         new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
-                                           time_limit=self.time_limit, workspace=meter, inplace=self.inplace)
+                                           time_limit=self.time_limit, workspace=meter, inplace=self.inplace,
+                                           shifted=shifted)
         return new_mod
 
 
