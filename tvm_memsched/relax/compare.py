@@ -99,7 +99,7 @@ class Comparison:
     common_pass_seconds: dict = field(default_factory=dict)    # seconds per pass: the shared stages, then
     default_pass_seconds: dict = field(default_factory=dict)   # each side's own
     memsched_pass_seconds: dict = field(default_factory=dict)
-    tradeoff: str = "balanced"                            # kernel speed against workspace (pipeline's tradeoff)
+    tradeoff: str = "memory"                              # kernel speed against workspace (pipeline's tradeoff)
     kernel_choices: list = field(default_factory=list)    # balanced: each kernel's variant and why (KernelChoice)
 
     @property
@@ -447,7 +447,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         default_run_seconds=t_d, memsched_run_seconds=t_m,
         largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0),
         tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None,
-        tradeoff=options.get("tradeoff", "balanced"),
+        tradeoff=options.get("tradeoff", "memory"),
         kernel_choices=[c.to_dict() for c in p.balance.report] if p.balance is not None else [])
 
 
