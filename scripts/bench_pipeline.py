@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     ap.add_argument("--export-python", default=sys.executable, metavar="PYTHON",
                     help="interpreter with timm and torchvision for the export (default: this one)")
     ap.add_argument("--export-timeout", type=float, default=1800, metavar="SECONDS")
-    ap.add_argument("--tradeoff", default="balanced", choices=["memory", "balanced", "speed"])
+    ap.add_argument("--tradeoff", default="memory", choices=["memory", "balanced", "speed"])
     ap.add_argument("--repeat", type=int, default=5, help="timed VM runs per executable (median; 0: no timing)")
     ap.add_argument("--timeout", type=float, default=1200, metavar="SECONDS", help="per model process")
     ap.add_argument("--max-rss-gb", type=float, default=16.0, help="kill a model process past this resident size")
