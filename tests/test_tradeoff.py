@@ -148,5 +148,6 @@ def test_faster_kernels_take_only_structural_overlaps_on_llvm():
     the least-memory default keeps the affine ones; the C target keeps all."""
     assert pipeline(LLVM, tradeoff="balanced").arena.shifted == "exact"
     assert pipeline(LLVM, tradeoff="speed").arena.shifted == "exact"
-    assert pipeline(LLVM).arena.shifted is None
-    assert pipeline({"kind": "c"}, tradeoff="balanced").arena.shifted is None
+    assert pipeline(LLVM).arena.shifted == "affine"
+    assert pipeline({"kind": "c"}, tradeoff="balanced").arena.shifted == "all"
+    assert pipeline(LLVM, tradeoff="balanced").reorder.options["shifted"] == "exact"   # the reorder agrees

@@ -381,6 +381,23 @@ SHIFTED_TARGETS = frozenset({"c"})
 SHIFTED = ("all", "affine", "exact")
 
 
+def shift_policy(target=None, tradeoff: str = "memory") -> str:
+    """The :data:`SHIFTED` policy for ``target`` (or the current one): every proven overlap on targets in
+    :data:`SHIFTED_TARGETS`; elsewhere affine shifted overlaps with the least-memory kernels and only
+    structural ones with the faster (banded) kernels, which the code generator reorders more.
+
+    >>> shift_policy({"kind": "c"}), shift_policy("llvm"), shift_policy("llvm", "balanced")
+    ('all', 'affine', 'exact')
+    """
+    if target is None:
+        target = tvm.target.Target.current(allow_none=True)
+    elif not isinstance(target, tvm.target.Target):
+        target = tvm.target.Target(target)
+    if target is not None and target.kind.name in SHIFTED_TARGETS:
+        return "all"
+    return "affine" if tradeoff == "memory" else "exact"
+
+
 def _has_division(expr) -> bool:
     """Whether ``expr`` contains a division or remainder."""
     kinds = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)

@@ -40,7 +40,7 @@ from .inline_producers import InlineProducers
 from .tiling import PatchTiling
 from .balance_kernels import BalanceKernels
 from .shrink_workspace import MODES as TRADEOFFS
-from .inplace import SHIFTED_TARGETS
+from .inplace import shift_policy
 from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
@@ -82,12 +82,10 @@ class MemschedPipeline:
         if rewrite:
             kw = dict(rewrite) if isinstance(rewrite, dict) else {}
             self.rewrite = IdentityRewrite(target=self.target, **kw)
+        shifted = shift_policy(self.target, tradeoff)   # which in-place overlaps (inplace.SHIFTED_TARGETS)
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
                                           target=self.target, progress=progress, inplace=inplace,
-                                          **options) if reorder else None
-        # faster (banded) kernels reorder their loads and stores more: where the code generator may
-        # reorder across buffers (LLVM, see inplace.SHIFTED_TARGETS) only structural overlaps then
-        shifted = None if tradeoff == "memory" or self.target.kind.name in SHIFTED_TARGETS else "exact"
+                                          shifted=shifted, **options) if reorder else None
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace, target=self.target,
                                      shifted=shifted) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target, mode=tradeoff) if shrink_workspace else None

@@ -125,11 +125,9 @@ class ArenaPlanMemory:
         if self.workspace is not None:
             target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
             meter = WorkspaceMeter(mod, target, self.workspace)
-        from .inplace import SHIFTED_TARGETS
+        from .inplace import shift_policy
 
-        target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
-        shifted = self.shifted or ("all" if target is not None and target.kind.name in SHIFTED_TARGETS
-                                   else "affine")
+        shifted = self.shifted or shift_policy(self.target)
         new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
                                            time_limit=self.time_limit, workspace=meter, inplace=self.inplace,
                                            shifted=shifted)
