@@ -192,6 +192,20 @@ def test_pt2_corrupt_tables_are_input_errors():
         load_exported_program(b"PK\x03\x04 not a zip")
 
 
+def test_pt2_zero_stride_size_bomb_is_refused():
+    """A 48-byte weight declared as a 2**20 x 2**20 view with zero strides would be materialised by the
+    importer: refused before any tensor is made."""
+    from tvm_memsched.core.errors import UnsupportedError
+    from tvm_memsched.relax.pt2_archive import load_exported_program
+
+    def fn(d):
+        meta = d["config"]["fc.weight"]["tensor_meta"]
+        meta["sizes"] = [{"as_int": 2 ** 20}, {"as_int": 2 ** 20}]
+        meta["strides"] = [{"as_int": 0}, {"as_int": 0}]
+    with pytest.raises(UnsupportedError, match="limit per tensor"):
+        load_exported_program(_rewrite(_pt2(), _json_edit("model_weights_config.json", fn)))
+
+
 # ------------------------------------------------------------------ ONNX external data
 def _onnx_with_external(folder, location="w.bin", offset=0, length=None, write_data=True):
     w = np.arange(12, dtype=np.float32).reshape(3, 4)

@@ -431,18 +431,18 @@ def collect_plans(mod) -> dict:
     return out
 
 
-def plannable_live_peak(mod, alignment: int = 1, inplace: bool = False) -> int:
+def plannable_live_peak(mod, alignment: int = 1, inplace: bool = False, shifted: str = "all") -> int:
     """Sum over Relax functions of the live peak of the tensors a planner places.
 
     ``mod`` must be at the planner's input (after ``CallTIRRewrite``). This is the
     smallest storage any planner can reach for the given binding order (function
     outputs and dynamic allocations excluded), used to judge planners. ``inplace``: with
-    the in-place overlaps kernels allow (see :func:`plan_module`).
+    the in-place overlaps kernels allow (``shifted``: which, see :func:`plan_module`).
     """
     from ..core.arena import live_peak
     from .inplace import InplaceAnalyzer
 
-    analyzer = InplaceAnalyzer(mod) if inplace else None
+    analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
 
     total = 0
     for _, func in mod.functions_items():

@@ -41,7 +41,7 @@ from tvm import relax, tirx
 from ..core.errors import MemschedError
 from ..core.simulate import footprints
 from .graph import block_to_graph, used_after_blocks
-from .inplace import InplaceAnalyzer
+from .inplace import InplaceAnalyzer, shift_policy
 from .ir import call_tir_op
 from .shrink_workspace import UNSHRUNK, compact, shrink_func
 from .workspace import WorkspaceMeter, workspace_bytes
@@ -95,7 +95,7 @@ def _steps(mod, meter, analyzer):
     return live, peak, outside
 
 
-def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True):
+def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True, shifted: str | None = None):
     """Schedule for least memory the banded kernels whose workspace would raise the peak (module docstring).
 
     Parameters
@@ -110,6 +110,9 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
         10%; ``float("inf")`` keeps every band.
     inplace : bool
         Count the in-place overlaps the planner takes (as ``ArenaPlanMemory(inplace=True)``).
+    shifted : str, optional
+        Which overlaps the planner takes (:class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`; default
+        :func:`~tvm_memsched.relax.inplace.shift_policy` of ``target`` for banded kernels).
 
     Returns ``(module, [KernelChoice], peak, budget)``.
     """
@@ -122,7 +125,8 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
     if not banded:
         return mod, [], 0, 0
     meter = WorkspaceMeter(mod, target, "lowered" if target is not None else "tir")
-    live, peak, outside = _steps(mod, meter, InplaceAnalyzer(mod) if inplace else None)
+    policy = shifted or shift_policy(target, "balanced")
+    live, peak, outside = _steps(mod, meter, InplaceAnalyzer(mod, policy) if inplace else None)
     budget = peak * (1 + allowance)
     new = mod.clone()
     report = []
@@ -159,21 +163,23 @@ class BalanceKernels:
         Target whose TIR pipeline measures workspace (default: the current target).
     inplace : bool
         Count in-place overlaps as the arena planner takes them (default True).
+    shifted : str, optional
+        The planner's in-place policy (see :func:`balance_kernels`).
 
     After the pass has run, ``report`` lists a :class:`KernelChoice` per banded kernel, ``peak`` the
     live-tensor peak and ``budget`` the limit applied.
     """
 
-    def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True):
+    def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True, shifted: str | None = None):
         if allowance < 0:
             raise ValueError(f"allowance must be >= 0, got {allowance}")
-        self.allowance, self.target, self.inplace = allowance, target, inplace
+        self.allowance, self.target, self.inplace, self.shifted = allowance, target, inplace, shifted
         self.report: list[KernelChoice] = []
         self.peak = self.budget = 0
 
     def transform_module(self, mod, ctx):
         new, self.report, self.peak, self.budget = balance_kernels(mod, self.target, self.allowance,
-                                                                   self.inplace)
+                                                                   self.inplace, self.shifted)
         return new
 
     @property

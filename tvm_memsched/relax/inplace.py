@@ -303,7 +303,11 @@ def kernel_inplace_shifts(func, n_inputs: int, same_shape=None) -> list[tuple[in
     >>> kernel_inplace_pairs(blur, 1), kernel_inplace_shifts(blur, 1)   # b[i] must stay one element behind
     ([], [(0, 1, 4)])
     """
-    exact = set(kernel_inplace_pairs(func, n_inputs, same_shape))
+    return _shifts_over(func, n_inputs, set(kernel_inplace_pairs(func, n_inputs, same_shape)))
+
+
+def _shifts_over(func, n_inputs: int, exact: set) -> list[tuple[int, int, int]]:
+    """:func:`kernel_inplace_shifts` given its structural pairs ``exact``."""
     out = [(i, o, 0) for i, o in sorted(exact)]
     params = list(func.params) if isinstance(func, tirx.PrimFunc) else []
     rest = [(i, o) for o in range(n_inputs, len(params)) for i in range(n_inputs) if (i, o) not in exact]
@@ -322,44 +326,27 @@ def kernel_inplace_shifts(func, n_inputs: int, same_shape=None) -> list[tuple[in
 #: access bounds per kernel body (structural hash), shared by every pass of a compile
 _SPANS: dict = {}
 _SPANS_LIMIT = 4096
-#: kernel_inplace_shifts per (kernel body, inputs, same-shape pairs), likewise
+#: (structural pairs, kernel_inplace_shifts) per (kernel body, inputs, same-shape pairs), likewise
 _SHIFTS: dict = {}
 
 
-def _shifts_cached(func, n_in: int, same: tuple) -> list:
-    """:func:`kernel_inplace_shifts` with ``same_shape`` given as the pairs that match, once per kernel body."""
-    import tvm_ffi
+def _shifts_cached(func, n_in: int, same: tuple) -> tuple[frozenset, list]:
+    """``(kernel_inplace_pairs, kernel_inplace_shifts)`` with ``same_shape`` given as the pairs that match,
+    once per kernel body."""
+    from .ir import per_body
 
-    from .ir import strip_attrs
+    def analyse(_stripped):
+        exact = frozenset(kernel_inplace_pairs(func, n_in, lambda i, o: (i, o) in same))
+        return exact, _shifts_over(func, n_in, exact)
 
-    stripped = strip_attrs(func)
-    key = (tvm_ffi.structural_hash(stripped), n_in, same)
-    for f, out in _SHIFTS.get(key, ()):
-        if tvm_ffi.structural_equal(f, stripped):
-            return out
-    out = kernel_inplace_shifts(func, n_in, lambda i, o: (i, o) in same)
-    if sum(len(v) for v in _SHIFTS.values()) >= _SPANS_LIMIT:
-        _SHIFTS.clear()
-    _SHIFTS.setdefault(key, []).append((stripped, out))
-    return out
+    return per_body(_SHIFTS, func, (n_in, same), analyse, _SPANS_LIMIT)
 
 
 def _spans(func):
     """:func:`~tvm_memsched.relax.access_bounds.access_spans` of ``func``, computed once per distinct body."""
-    import tvm_ffi
+    from .ir import per_body
 
-    from .ir import strip_attrs
-
-    stripped = strip_attrs(func)
-    key = tvm_ffi.structural_hash(stripped)
-    for f, spans in _SPANS.get(key, ()):
-        if tvm_ffi.structural_equal(f, stripped):
-            return spans
-    spans = access_spans(stripped)
-    if sum(len(v) for v in _SPANS.values()) >= _SPANS_LIMIT:
-        _SPANS.clear()
-    _SPANS.setdefault(key, []).append((stripped, spans))
-    return spans
+    return per_body(_SPANS, func, None, access_spans, _SPANS_LIMIT)
 
 
 def _same_type(a, b) -> bool:
@@ -449,9 +436,7 @@ class InplaceAnalyzer:
     divisions and remainders (a reshape-transpose). See :data:`SHIFTED_TARGETS`.
     """
 
-    def __init__(self, mod, shifted="all"):
-        if shifted is True or shifted is False:
-            shifted = "all" if shifted else "affine"
+    def __init__(self, mod, shifted: str = "all"):
         if shifted not in SHIFTED:
             raise ValueError(f"shifted must be one of {', '.join(SHIFTED)}, got {shifted!r}")
         self.mod, self.shifted = mod, shifted
@@ -466,11 +451,9 @@ class InplaceAnalyzer:
             return []
         key = (gvar.name_hint, len(args) - n_outputs, tuple((str(a.ty) if hasattr(a, "ty") else "") for a in args))
         if key not in self._cache:
-            pairs = self.func_pairs(func, args, n_outputs)
+            exact, pairs = _call_site(func, args, n_outputs)
             if self.shifted == "exact":
-                exact = set(kernel_inplace_pairs(func, len(args) - n_outputs,
-                                                 lambda i, o: _same_type(args[i], args[o])))
-                pairs = [p for p in pairs if p[2] == 0 and (p[0], p[1]) in exact]
+                pairs = [p for p in pairs if (p[0], p[1]) in exact]
             elif self.shifted == "affine":
                 pairs = [p for p in pairs if p[2] == 0 or (_affine_access(func, p[0]) and _affine_access(func, p[1]))]
             self._cache[key] = pairs
@@ -478,12 +461,18 @@ class InplaceAnalyzer:
 
     @staticmethod
     def func_pairs(func, args, n_outputs: int) -> list[tuple[int, int, int]]:
-        """:meth:`pairs` for a kernel ``func`` that is not (or not yet) in the module, at a call with ``args``."""
-        if len(func.params) != len(args):
-            return []
-        n_in = len(args) - n_outputs
-        same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
-        return _shifts_cached(func, n_in, same)
+        """:meth:`pairs` (every overlap) for a kernel ``func`` that is not (or not yet) in the module, at a call
+        with ``args``."""
+        return _call_site(func, args, n_outputs)[1]
+
+
+def _call_site(func, args, n_outputs: int) -> tuple[frozenset, list]:
+    """``(structural pairs, shifts)`` of kernel ``func`` called with ``args`` (:func:`_shifts_cached`)."""
+    if len(func.params) != len(args):
+        return frozenset(), []
+    n_in = len(args) - n_outputs
+    same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
+    return _shifts_cached(func, n_in, same)
 
 
 def allow_aliasing(mod, kernels) -> "tvm.IRModule":

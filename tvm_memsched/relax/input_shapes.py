@@ -30,6 +30,7 @@ from tvm import relax
 
 from ..core.errors import UnsupportedError
 from ..core.limits import check_tensor_bytes
+from .ir import static_nbytes, static_shape
 
 __all__ = ["bind_input_shapes", "check_static", "shape_text"]
 
@@ -93,13 +94,10 @@ def _check_bytes(ty, name: str, what: str) -> None:
     if isinstance(ty, relax.TupleType):
         for f in ty.fields:
             _check_bytes(f, name, what)
-    elif isinstance(ty, relax.TensorType) and _dims(ty) is not None and ty.dtype:
-        dims = [int(d) for d in _dims(ty)]
-        n = 1
-        for d in dims:
-            n *= d
-        check_tensor_bytes(n * ((tvm.DataType(ty.dtype).bits * tvm.DataType(ty.dtype).lanes + 7) // 8), name,
-                           what, dims)
+    elif isinstance(ty, relax.TensorType) and ty.dtype:
+        nbytes = static_nbytes(ty)
+        if nbytes is not None:
+            check_tensor_bytes(nbytes, name, what, static_shape(ty))
 
 
 def check_static(mod, what: str) -> None:

@@ -244,3 +244,29 @@ def strip_attrs(func):
     for key in list(func.attrs.keys()) if func.attrs is not None else []:
         func = func.without_attr(key)
     return func
+
+
+def per_body(cache: dict, func, extra, compute, limit: int = 4096):
+    """``compute(stripped func)``, once per kernel body (:func:`strip_attrs`, structural hash and equality)
+    and ``extra`` key; ``cache`` (a dict the caller keeps) is emptied when it holds ``limit`` results.
+
+    >>> from tvm.script import tirx as T
+    >>> @T.prim_func(s_tir=True)
+    ... def f(a: T.Buffer((4,), "float32")):
+    ...     a[0] = T.float32(1)
+    >>> store, calls = {}, []
+    >>> [per_body(store, g, None, lambda s: calls.append(1) or 7) for g in (f, f.with_attr("x", 1))], len(calls)
+    ([7, 7], 1)
+    """
+    import tvm_ffi
+
+    stripped = strip_attrs(func)
+    key = (tvm_ffi.structural_hash(stripped), extra)
+    for f, value in cache.get(key, ()):
+        if tvm_ffi.structural_equal(f, stripped):
+            return value
+    value = compute(stripped)
+    if sum(len(v) for v in cache.values()) >= limit:
+        cache.clear()
+    cache.setdefault(key, []).append((stripped, value))
+    return value

@@ -164,7 +164,7 @@ def resolve_tensors(model, base_dir: str | None, what: str = "model", max_bytes:
                 raise InputFileError(f"{what}: tensor '{t.name}' of shape {'x'.join(map(str, t.dims))} needs "
                                      f"{size:,} bytes of data, the file holds {len(t.raw_data):,}")
             continue
-        stored = max([len(getattr(t, f)) for f in _TYPED_FIELDS] + [len(t.int32_data)])
+        stored = max(len(getattr(t, f)) for f in _TYPED_FIELDS)
         if t.data_type in (TensorProto.COMPLEX64, TensorProto.COMPLEX128):
             stored //= 2
         if stored != n and not (n == 0 and stored == 0):

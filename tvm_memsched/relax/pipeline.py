@@ -89,7 +89,7 @@ class MemschedPipeline:
         self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace, target=self.target,
                                      shifted=shifted) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target, mode=tradeoff) if shrink_workspace else None
-        self.balance = BalanceKernels(allowance, self.target, inplace) \
+        self.balance = BalanceKernels(allowance, self.target, inplace, shifted) \
             if shrink_workspace and tradeoff == "balanced" else None
         self.inline = InlineProducers() if inline_producers else None
         self.constants = ShrinkConstants() if shrink_constants else None

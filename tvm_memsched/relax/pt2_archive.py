@@ -47,6 +47,7 @@ import re
 import zipfile
 
 from ..core.errors import InputFileError, UntrustedModelError, last_line
+from ..core.limits import check_tensor_bytes
 
 __all__ = ["load_exported_program", "trusting_model_code", "MAX_ARCHIVE_BYTES"]
 
@@ -233,8 +234,13 @@ class _Reader:
             self.error(f"tensor {fqn!r}: bad tensor_meta ({last_line(e, 80)})")
         if len(sizes) != len(strides) or min(sizes + strides + [offset], default=0) < 0:
             self.error(f"tensor {fqn!r}: sizes {sizes[:8]} / strides {strides[:8]} do not describe a tensor")
-        data = self.read(rel)
         item = torch.empty((), dtype=dtype).element_size()
+        numel = 1
+        for n in sizes:
+            numel *= n
+        # a stride of 0 repeats a few stored bytes over any shape: the importer materialises all of it
+        check_tensor_bytes(numel * item, fqn, self.what, sizes)
+        data = self.read(rel)
         if len(data) % item:
             self.error(f"tensor {fqn!r}: {len(data)} bytes is not a whole number of {dtype} elements")
         needed = 0 if 0 in sizes else offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides))

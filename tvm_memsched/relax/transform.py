@@ -125,13 +125,16 @@ class ArenaPlanMemory:
         if self.workspace is not None:
             target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
             meter = WorkspaceMeter(mod, target, self.workspace)
-        from .inplace import shift_policy
-
-        shifted = self.shifted or shift_policy(self.target)
         new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
                                            time_limit=self.time_limit, workspace=meter, inplace=self.inplace,
-                                           shifted=shifted)
+                                           shifted=self.policy())
         return new_mod
+
+    def policy(self) -> str:
+        """The in-place policy this pass plans with (``shifted``, else the target's default)."""
+        from .inplace import shift_policy
+
+        return self.shifted or shift_policy(self.target)
 
 
 def InlinePadding(target=None):  # noqa: N802 - a pass constructor, named like one

@@ -145,21 +145,13 @@ _LOWERED_LIMIT = 8192
 def lowered_workspace_bytes(func, target, name: str = "main") -> int:
     """:func:`workspace_bytes` of ``func`` lowered for ``target`` (unlowered if lowering fails); computed once per
     distinct kernel body and target."""
-    import tvm_ffi
+    from .ir import per_body
 
-    from .ir import strip_attrs
+    def measure(_stripped):
+        try:
+            lowered = lower_func(func, target, name)
+        except Exception:  # lowering a lone kernel can fail on exotic functions: fall back
+            lowered = func
+        return workspace_bytes(lowered)
 
-    key_func = strip_attrs(func)
-    key = (tvm_ffi.structural_hash(key_func), str(target))
-    for f, n in _LOWERED.get(key, ()):
-        if tvm_ffi.structural_equal(f, key_func):
-            return n
-    try:
-        lowered = lower_func(func, target, name)
-    except Exception:  # lowering a lone kernel can fail on exotic functions: fall back
-        lowered = func
-    n = workspace_bytes(lowered)
-    if sum(len(v) for v in _LOWERED.values()) >= _LOWERED_LIMIT:
-        _LOWERED.clear()
-    _LOWERED.setdefault(key, []).append((key_func, n))
-    return n
+    return per_body(_LOWERED, func, str(target), measure, _LOWERED_LIMIT)
