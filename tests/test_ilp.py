@@ -112,6 +112,21 @@ def test_cut_bound_is_valid_and_at_least_the_cheap_bound(g):
     assert lower_bound(g) <= cut <= brute_force_optimum(g)
 
 
+@settings(max_examples=120, deadline=None)
+@given(st.integers(2, 9), st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.integers(0, 20)), max_size=30))
+def test_max_flow_equals_networkx(n, raw):
+    import networkx as nx
+
+    from tvm_memsched.core.maxflow import max_flow
+
+    edges = [(u % n, v % n, c) for u, v, c in raw if u % n != v % n]
+    net = nx.DiGraph()
+    net.add_nodes_from(range(n))
+    for u, v, c in edges:                      # parallel edges add up
+        net.add_edge(u, v, capacity=net[u][v]["capacity"] + c if net.has_edge(u, v) else c)
+    assert max_flow(n, edges, 0, n - 1) == nx.maximum_flow_value(net, 0, n - 1)
+
+
 def test_cut_bound_proves_hrnet_head():
     from tvm_memsched import zoo
 

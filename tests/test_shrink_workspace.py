@@ -164,3 +164,25 @@ def test_on_by_default_in_pipeline_and_compare():
     on, off = compare(mod, method="rpo"), compare(mod, method="rpo", shrink_workspace=False)
     assert on.numerics_ok and on.max_abs_diff == 0.0  # bit-identical to TVM's default build
     assert on.memsched_workspace_max_bytes < off.memsched_workspace_max_bytes == off.workspace_max_bytes
+
+
+@pytest.mark.parametrize("mode", ["memory", "speed"])
+def test_lowered_workspace_shortcut_equals_lowering(mode):
+    """A kernel whose compacted form keeps at most one buffer is measured without lowering: the number is what
+    TVM's TIR pipeline leaves, on TVM's fused kernels and on ShrinkWorkspace's."""
+    from tvm_memsched.relax.testing import branchy_module
+    from tvm_memsched.relax.workspace import lower_func
+
+    st = stages(LLVM)
+    with LLVM:
+        fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(
+            tvm.transform.Sequential(st["dispatch"] + st["legalize"])(branchy_module(branches=3))))
+        shrunk, _ = sw.shrink_workspace(fused, mode=mode)
+    shortcut = 0
+    for mod in (fused, shrunk):
+        for gv, f in mod.functions_items():
+            if isinstance(f, tvm.tirx.PrimFunc):
+                assert lowered_workspace_bytes(f, LLVM, gv.name_hint) == \
+                    workspace_bytes(lower_func(f, LLVM, gv.name_hint)), gv.name_hint
+                shortcut += len([a for a in sw.internal_allocations(sw.compact(f)) if a[1] == "global"]) <= 1
+    assert shortcut

@@ -164,7 +164,7 @@ def cut_lower_bound(graph: Graph, candidates=None, *, max_candidates: int = 16,
     """
     import time
 
-    import networkx as nx
+    from .maxflow import max_flow
 
     base_lb = lower_bound(graph)
     n = graph.num_ops
@@ -174,59 +174,42 @@ def cut_lower_bound(graph: Graph, candidates=None, *, max_candidates: int = 16,
     ml = must_live_bounds(graph)
     if candidates is None:
         candidates = [int(v) for v in np.argsort(-ml, kind="stable")[:max_candidates]]
-    inf = float("inf")
-    net = nx.DiGraph()
-    net.add_nodes_from(["s", "t"])
-    net.add_nodes_from(range(n))
+    # nodes: ops 0..n-1, source n, sink n+1, one node per tensor with several consumers
+    src_node, sink_node = n, n + 1
+    unbounded = int(sum(graph.size)) + 1              # above any finite cut
+    edges: list[tuple[int, int, int]] = []
+    nodes = n + 2
     constant = 0
     for t in range(graph.num_tensors):
         size = graph.size[t]
         if not size:
             continue
         p = graph.producer[t]
-        src = "s" if p < 0 else p
+        src = src_node if p < 0 else p
         if graph.pinned[t]:
             if p < 0:
                 constant += size
             else:
-                net.add_edge(p, "t", capacity=size)  # resident to the end once made
+                edges.append((p, sink_node, size))   # resident to the end once made
             continue
         cons = graph.consumers[t]
         if len(cons) == 1:
-            _add_capacity(net, src, cons[0], size)
+            edges.append((src, cons[0], size))
         elif cons:
-            node = ("t", t)
-            net.add_edge(src, node, capacity=size)
-            for c in cons:
-                net.add_edge(node, c, capacity=inf)
+            edges.append((src, nodes, size))
+            edges.extend((nodes, c, unbounded) for c in cons)
+            nodes += 1
     for w in range(n):  # closed under predecessors: w executed => its producers executed
-        for u in graph.preds[w]:
-            net.add_edge(w, u, capacity=inf)
+        edges.extend((w, u, unbounded) for u in graph.preds[w])
     best = base_lb
     for v in candidates:
         if time_limit is not None and time.perf_counter() - start > time_limit:
             break
         if should_stop is not None and should_stop():
             break
-        added = [("s", u) for u in graph.preds[v] if not net.has_edge("s", u)] + [(v, "t")]
-        had_vt = net.has_edge(v, "t")
-        old_vt = net[v]["t"]["capacity"] if had_vt else None
-        for a, b in added:
-            net.add_edge(a, b, capacity=inf)
-        value = nx.minimum_cut_value(net, "s", "t")
-        for a, b in added[:-1]:
-            net.remove_edge(a, b)
-        if had_vt:
-            net[v]["t"]["capacity"] = old_vt
-        else:
-            net.remove_edge(v, "t")
-        best = max(best, int(value) + constant + graph.output_bytes[v] + graph.workspace[v]
-                   - graph.max_saving[v])
+        forced = [(src_node, u, unbounded) for u in graph.preds[v]] + [(v, sink_node, unbounded)]
+        value = max_flow(nodes, edges + forced, src_node, sink_node)
+        if value >= unbounded:        # cannot happen for a valid graph: v's ancestors and v run before v
+            continue
+        best = max(best, value + constant + graph.output_bytes[v] + graph.workspace[v] - graph.max_saving[v])
     return best
-
-
-def _add_capacity(net, a, b, cap) -> None:
-    if net.has_edge(a, b):
-        net[a][b]["capacity"] += cap
-    else:
-        net.add_edge(a, b, capacity=cap)

@@ -69,7 +69,8 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import s_tir, tirx
 
-from .workspace import internal_allocations, walk_stmts, workspace_bytes
+from .ir import per_body, strip_attrs
+from .workspace import compact, compacted_workspace_bytes, internal_allocations, walk_stmts, workspace_bytes
 
 __all__ = ["ShrinkWorkspace", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
            "runs_each_instance_once", "REUSE", "MODES", "UNSHRUNK"]
@@ -282,19 +283,6 @@ def _try(sch, apply, moved):
     except Exception:  # an analysis that cannot handle this IR: do not trust the schedule
         ok = False
     return trial if ok else None
-
-
-def compact(func):
-    """``func`` with every buffer moved to where it is used and shrunk to the region used there.
-
-    The first passes of TVM's TIR pipeline (up to ``CompactBufferAllocation``):
-    a quick measure of what scheduling saved, independent of a target.
-    """
-    mod = tvm.IRModule({"main": func})
-    t = s_tir.transform
-    seq = tvm.transform.Sequential([t.LowerInitBlock(), t.PlanAndUpdateBufferAllocationLocation(),
-                                    t.ConvertBlocksToOpaque(), t.CompactBufferAllocation()])
-    return seq(mod)["main"]
 
 
 # ------------------------------------------------------------------ the schedule
@@ -517,16 +505,30 @@ def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memo
     report = []
     new_mod = mod
 
-    def measure(f):
-        return workspace_bytes(compact(f))
+    measured: list = []                  # (function, bytes): each function measured once
 
+    def measure(f):
+        for g, n in measured:
+            if g.same_as(f):
+                return n
+        n = compacted_workspace_bytes(f)
+        measured.append((f, n))
+        return n
+
+    reuse = "inline" if mode == "memory" else "band"
+    bodies: dict = {}
     for gv, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc):
             continue
         name = gv.name_hint
+        del measured[:]
         before = measure(func)
-        reuse = "inline" if mode == "memory" else "band"
-        new, steps = shrink_func(func, epilogues, measure, reuse) if before else (func, [])
+        new, steps = per_body(bodies, func, None, lambda _s: shrink_func(func, epilogues, measure, reuse)) \
+            if before else (func, [])
+        if not steps:
+            new = func
+        elif new.attrs is not None and not new.attrs.same_as(func.attrs):   # a body shared with another kernel
+            new = strip_attrs(new).with_attrs(dict(func.attrs)) if func.attrs is not None else strip_attrs(new)
         after = measure(new) if steps else before
         if mode == "balanced" and (any("read several times" in step for step in steps)
                                    or (not steps and before and _has_reused_stage(func))):
