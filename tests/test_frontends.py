@@ -214,6 +214,18 @@ def test_compare_onnx(files, name, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tradeoff", ["balanced", "speed"])
+def test_compare_densenet_faster_kernels_in_place(files, tradeoff, tmp_path):
+    """The DenseNet transition (a copy-first 1x1 convolution over its input, then an average pool over that) runs
+    in place with the faster kernels and computes TVM's numbers (it did not while one kernel kept noalias)."""
+    out = tmp_path / "c.json"
+    p = run("compare", files["densenet.onnx"], "--tradeoff", tradeoff, "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(out.read_text())
+    assert d["numerics_ok"] and d["max_abs_diff"] == 0.0 and d["inplace_taken"] > 0
+
+
+@pytest.mark.slow
 def test_compare_pt2(files, tmp_path):
     out = tmp_path / "c.json"
     p = run("compare", files["squeezenet.pt2"], "--json", str(out))

@@ -369,12 +369,15 @@ def _taken_kernels(st: _Seq, placed: dict) -> list:
 
 
 def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                workspace=None, io: bool = False, inplace: bool = False, shifted="all"):
+                workspace=None, io: bool = False, inplace: bool = False, shifted="all", target=None):
     """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
 
     ``workspace``, ``io``: see :func:`plan_function`; ``inplace``: let kernel outputs take over
     dying inputs where the kernels' TIR allows it (``shifted``: which overlaps, see
-    :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`). Returns ``(new module, [FunctionPlan])``.
+    :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); the kernels that alias lose ``tirx.noalias``,
+    and on a ``target`` (default: the current one) whose code generator does not honour it per kernel
+    every kernel does (:func:`~tvm_memsched.relax.inplace.allow_aliasing`). Returns ``(new module,
+    [FunctionPlan])``.
     """
     from .inplace import InplaceAnalyzer
 
@@ -396,9 +399,10 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
         new_mod[gv] = new_func
         reports.append(fp)
     if analyzer is not None:
-        from .inplace import allow_aliasing
+        from .inplace import allow_aliasing, noalias_per_kernel
 
-        new_mod = allow_aliasing(new_mod, {k for r in reports for k in r.inplace_kernels})
+        new_mod = allow_aliasing(new_mod, {k for r in reports for k in r.inplace_kernels},
+                                 everywhere=not noalias_per_kernel(target))
     if fallback:
         new_mod = relax.transform.StaticPlanBlockMemory()(new_mod)
     return new_mod, reports

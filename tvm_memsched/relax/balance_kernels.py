@@ -41,7 +41,7 @@ from tvm import relax, tirx
 from ..core.errors import MemschedError
 from ..core.simulate import footprints
 from .graph import block_to_graph, used_after_blocks
-from .inplace import InplaceAnalyzer, shift_policy
+from .inplace import InplaceAnalyzer
 from .ir import call_tir_op
 from .shrink_workspace import UNSHRUNK, compact, shrink_func
 from .workspace import WorkspaceMeter, workspace_bytes
@@ -112,7 +112,7 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
         Count the in-place overlaps the planner takes (as ``ArenaPlanMemory(inplace=True)``).
     shifted : str, optional
         Which overlaps the planner takes (:class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`; default
-        :func:`~tvm_memsched.relax.inplace.shift_policy` of ``target`` for banded kernels).
+        ``"all"``).
 
     Returns ``(module, [KernelChoice], peak, budget)``.
     """
@@ -125,7 +125,7 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
     if not banded:
         return mod, [], 0, 0
     meter = WorkspaceMeter(mod, target, "lowered" if target is not None else "tir")
-    policy = shifted or shift_policy(target, "balanced")
+    policy = shifted or "all"
     live, peak, outside = _steps(mod, meter, InplaceAnalyzer(mod, policy) if inplace else None)
     budget = peak * (1 + allowance)
     new = mod.clone()

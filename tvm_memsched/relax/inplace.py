@@ -50,7 +50,7 @@ from .access_bounds import access_spans, span_shift
 from .workspace import walk_stmts
 
 __all__ = ["kernel_inplace_pairs", "kernel_inplace_shifts", "InplaceAnalyzer", "allow_aliasing", "candidate_kernels",
-           "NOALIAS"]
+           "NOALIAS", "PER_KERNEL_NOALIAS", "SHIFTED", "noalias_per_kernel"]
 
 #: the PrimFunc attribute that lets code generators assume kernel buffers never alias (C ``restrict``)
 NOALIAS = "tirx.noalias"
@@ -330,14 +330,15 @@ _SPANS_LIMIT = 4096
 _SHIFTS: dict = {}
 
 
-def _shifts_cached(func, n_in: int, same: tuple) -> tuple[frozenset, list]:
-    """``(kernel_inplace_pairs, kernel_inplace_shifts)`` with ``same_shape`` given as the pairs that match,
-    once per kernel body."""
+def _shifts_cached(func, n_in: int, same: tuple) -> tuple[frozenset, list, frozenset]:
+    """``(kernel_inplace_pairs, kernel_inplace_shifts, affinely indexed parameters)`` with ``same_shape``
+    given as the pairs that match, once per kernel body (the parameters only where a shift is not 0)."""
     from .ir import per_body
 
     def analyse(_stripped):
         exact = frozenset(kernel_inplace_pairs(func, n_in, lambda i, o: (i, o) in same))
-        return exact, _shifts_over(func, n_in, exact)
+        shifts = _shifts_over(func, n_in, exact)
+        return exact, shifts, (_affine_params(func) if any(p[2] for p in shifts) else frozenset())
 
     return per_body(_SHIFTS, func, (n_in, same), analyse, _SPANS_LIMIT)
 
@@ -357,32 +358,31 @@ def _same_type(a, b) -> bool:
         and _same(ta.shape, tb.shape)
 
 
-#: target kinds whose kernels may run every shifted in-place overlap. TVM 0.27's LLVM code generator marks
-#: the buffers of a kernel's compute function ``noalias`` even when the PrimFunc says ``tirx.noalias:
-#: False`` (measured: MobileViT-xxs's reshape-transpose kernel placed 52,736 B below its input, correct in
-#: loop order, computes other values once LLVM reorders it), so other targets (the VM on LLVM) take a
-#: shifted overlap only where both buffers are indexed affinely; the C code generator (microcontrollers)
-#: honours the attribute.
-SHIFTED_TARGETS = frozenset({"c"})
+#: target kinds whose code generator honours :data:`NOALIAS` per kernel (C: ``restrict``). TVM 0.27's LLVM code
+#: generator does not: it moves each kernel's body into a ``<name>_compute_`` function whose buffer pointers are
+#: all ``noalias`` (``CreateComputeScope``) whatever the kernel's own attribute says, unless no kernel of the
+#: module keeps the attribute on (measured on the LLVM IR of built modules: one kernel still ``noalias`` and the
+#: in-place kernels' compute functions are ``noalias`` again). A shifted overlap, correct in loop order, then
+#: computed other values once LLVM reordered loads and stores (MobileViT-xxs's reshape-transpose 52,736 B below
+#: its input; a copy-first convolution whose input copy LLVM forwarded), so on other targets
+#: :func:`allow_aliasing` turns the attribute off on every kernel of a module that aliases any.
+PER_KERNEL_NOALIAS = frozenset({"c"})
 #: the in-place policies of :class:`InplaceAnalyzer`
 SHIFTED = ("all", "affine", "exact")
 
 
-def shift_policy(target=None, tradeoff: str = "memory") -> str:
-    """The :data:`SHIFTED` policy for ``target`` (or the current one): every proven overlap on targets in
-    :data:`SHIFTED_TARGETS`; elsewhere affine shifted overlaps with the least-memory kernels and only
-    structural ones with the faster (banded) kernels, which the code generator reorders more.
+def noalias_per_kernel(target=None) -> bool:
+    """Whether ``target`` (or the current one) honours :data:`NOALIAS` kernel by kernel
+    (:data:`PER_KERNEL_NOALIAS`); without a target, False (the safe answer).
 
-    >>> shift_policy({"kind": "c"}), shift_policy("llvm"), shift_policy("llvm", "balanced")
-    ('all', 'affine', 'exact')
+    >>> noalias_per_kernel({"kind": "c"}), noalias_per_kernel("llvm")
+    (True, False)
     """
     if target is None:
         target = tvm.target.Target.current(allow_none=True)
     elif not isinstance(target, tvm.target.Target):
         target = tvm.target.Target(target)
-    if target is not None and target.kind.name in SHIFTED_TARGETS:
-        return "all"
-    return "affine" if tradeoff == "memory" else "exact"
+    return target is not None and target.kind.name in PER_KERNEL_NOALIAS
 
 
 def _has_division(expr) -> bool:
@@ -402,25 +402,25 @@ def _has_division(expr) -> bool:
     return False
 
 
-def _affine_access(func, position: int) -> bool:
-    """Whether every block region of ``func``'s parameter ``position`` is indexed without division or
-    remainder (``floordiv``, ``floormod``, ``div``, ``mod``) of the loop variables."""
+def _affine_params(func) -> frozenset:
+    """Positions of ``func``'s parameters whose every block region is indexed without division or
+    remainder (``floordiv``, ``floormod``, ``div``, ``mod``) of the loop variables (one walk of the body)."""
     params = list(func.params)
-    if position >= len(params):
-        return False
-    param = params[position]          # TVM 0.27: block regions refer to the buffer-typed parameter
-    ok, seen = [True], [False]
+    seen, bad = set(), set()
 
     def visit(stmt):
         if isinstance(stmt, SBlock):
             for region in list(stmt.reads) + list(stmt.writes):
-                if _buffer_key(_source(region)).same_as(param):
-                    seen[0] = True
-                    if any(_has_division(r.min) or _has_division(r.extent) for r in region.region):
-                        ok[0] = False
+                key = _buffer_key(_source(region))
+                for k, param in enumerate(params):   # TVM 0.27: regions refer to the buffer-typed parameter
+                    if key.same_as(param):
+                        seen.add(k)
+                        if k not in bad and any(_has_division(r.min) or _has_division(r.extent)
+                                                for r in region.region):
+                            bad.add(k)
 
     walk_stmts(func.body, visit)
-    return ok[0] and seen[0]
+    return frozenset(seen - bad)
 
 
 class InplaceAnalyzer:
@@ -429,11 +429,11 @@ class InplaceAnalyzer:
     ``pairs(gvar, args, n_outputs)`` takes a kernel call's argument list (inputs, then
     ``n_outputs`` outputs, as CallTIRRewrite passes them) and returns
     ``[(input arg index, output arg index, shift)]`` (see :func:`kernel_inplace_shifts`).
-    ``shifted`` (one of :data:`SHIFTED`): ``"all"`` every overlap the loop order allows; ``"exact"`` only
-    the structural ones (same index, or the input consumed before the first write), which stay correct
-    however a compiler reorders the kernel's loads and stores; ``"affine"`` also shifted ones where both
-    buffers are indexed affinely in the loop variables (windows, rows), leaving out gathers through
-    divisions and remainders (a reshape-transpose). See :data:`SHIFTED_TARGETS`.
+    ``shifted`` (one of :data:`SHIFTED`): ``"all"`` (default) every overlap the loop order allows, correct
+    wherever the code generator may not assume the buffers apart (:func:`allow_aliasing`); ``"exact"`` only
+    the structural ones (same index, or the input consumed before the first write); ``"affine"`` also
+    shifted ones where both buffers are indexed affinely in the loop variables (windows, rows), leaving out
+    gathers through divisions and remainders (a reshape-transpose).
     """
 
     def __init__(self, mod, shifted: str = "all"):
@@ -451,11 +451,11 @@ class InplaceAnalyzer:
             return []
         key = (gvar.name_hint, len(args) - n_outputs, tuple((str(a.ty) if hasattr(a, "ty") else "") for a in args))
         if key not in self._cache:
-            exact, pairs = _call_site(func, args, n_outputs)
+            exact, pairs, affine = _call_site(func, args, n_outputs)
             if self.shifted == "exact":
                 pairs = [p for p in pairs if (p[0], p[1]) in exact]
             elif self.shifted == "affine":
-                pairs = [p for p in pairs if p[2] == 0 or (_affine_access(func, p[0]) and _affine_access(func, p[1]))]
+                pairs = [p for p in pairs if p[2] == 0 or (p[0] in affine and p[1] in affine)]
             self._cache[key] = pairs
         return self._cache[key]
 
@@ -466,26 +466,39 @@ class InplaceAnalyzer:
         return _call_site(func, args, n_outputs)[1]
 
 
-def _call_site(func, args, n_outputs: int) -> tuple[frozenset, list]:
-    """``(structural pairs, shifts)`` of kernel ``func`` called with ``args`` (:func:`_shifts_cached`)."""
+def _call_site(func, args, n_outputs: int) -> tuple[frozenset, list, frozenset]:
+    """``(structural pairs, shifts, affinely indexed parameters)`` of kernel ``func`` called with ``args``
+    (:func:`_shifts_cached`)."""
     if len(func.params) != len(args):
-        return frozenset(), []
+        return frozenset(), [], frozenset()
     n_in = len(args) - n_outputs
     same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
     return _shifts_cached(func, n_in, same)
 
 
-def allow_aliasing(mod, kernels) -> "tvm.IRModule":
-    """``mod`` with :data:`NOALIAS` turned off on the named kernels (those whose buffers may now share memory).
+def allow_aliasing(mod, kernels, everywhere: bool = False) -> "tvm.IRModule":
+    """``mod`` with :data:`NOALIAS` turned off on the named kernels (those whose buffers may now share memory),
+    or, with ``everywhere`` and at least one kernel named, on every kernel of the module (targets whose code
+    generator does not honour the attribute per kernel, :data:`PER_KERNEL_NOALIAS`).
 
     Code generators may otherwise reorder loads and stores across buffers they are told never alias.
+
+    >>> from tvm.script import tirx as T
+    >>> @T.prim_func(s_tir=True)
+    ... def k(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+    ...     T.func_attr({"tirx.noalias": True})
+    ...     for i in range(4):
+    ...         b[i] = a[i]
+    >>> mod = tvm.IRModule({"k": k, "other": k})
+    >>> [bool(allow_aliasing(mod, {"k"}, e)[n].attrs[NOALIAS]) for e in (False, True) for n in ("k", "other")]
+    [False, True, False, False]
     """
     kernels = set(kernels)
     if not kernels:
         return mod
     new = mod.clone()
     for gv, f in mod.functions_items():
-        if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc):
+        if (everywhere or gv.name_hint in kernels) and isinstance(f, tirx.PrimFunc):
             new[gv] = f.with_attr(NOALIAS, False)
     return new
 

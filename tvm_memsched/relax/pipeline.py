@@ -40,7 +40,6 @@ from .inline_producers import InlineProducers
 from .tiling import PatchTiling
 from .balance_kernels import BalanceKernels
 from .shrink_workspace import MODES as TRADEOFFS
-from .inplace import shift_policy
 from .target import as_target, stages
 from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
@@ -82,14 +81,13 @@ class MemschedPipeline:
         if rewrite:
             kw = dict(rewrite) if isinstance(rewrite, dict) else {}
             self.rewrite = IdentityRewrite(target=self.target, **kw)
-        shifted = shift_policy(self.target, tradeoff)   # which in-place overlaps (inplace.SHIFTED_TARGETS)
         self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
                                           target=self.target, progress=progress, inplace=inplace,
-                                          shifted=shifted, **options) if reorder else None
-        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace, target=self.target,
-                                     shifted=shifted) if plan else None
+                                          **options) if reorder else None
+        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace,
+                                     target=self.target) if plan else None
         self.shrink = ShrinkWorkspace(target=self.target, mode=tradeoff) if shrink_workspace else None
-        self.balance = BalanceKernels(allowance, self.target, inplace, shifted) \
+        self.balance = BalanceKernels(allowance, self.target, inplace) \
             if shrink_workspace and tradeoff == "balanced" else None
         self.inline = InlineProducers() if inline_producers else None
         self.constants = ShrinkConstants() if shrink_constants else None
@@ -156,11 +154,9 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     test per multiply-accumulate), ``"speed"`` padding computed in bands of rows (a little workspace),
     ``"balanced"`` the faster kernel wherever the peak of live tensors plus workspace stays within
     ``allowance`` (10%) of the memory variant's (:class:`~tvm_memsched.relax.balance_kernels.BalanceKernels`,
-    after the reorder). With ``"speed"`` and ``"balanced"`` on targets whose code generator may reorder
-    a kernel's loads and stores across its buffers (LLVM; see
-    :data:`~tvm_memsched.relax.inplace.SHIFTED_TARGETS`) only structural in-place overlaps are taken (a
-    banded avg-pool run over its input 0 B below computed other values). Other options go to the
-    scheduler.
+    after the reorder). Every tradeoff takes every in-place overlap the kernels' loop order proves (on
+    LLVM with ``tirx.noalias`` off on every kernel, :data:`~tvm_memsched.relax.inplace.PER_KERNEL_NOALIAS`).
+    Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
                             extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,

@@ -141,12 +141,12 @@ def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None
     first and the peak with workspace breaks ties. ``inplace``: kernels whose TIR lets an
     output overwrite a dying input (:mod:`tvm_memsched.relax.inplace`) declare it, so the
     schedule decides which inputs die where (as the arena planner will use it; ``shifted``: which
-    overlaps, default :func:`~tvm_memsched.relax.inplace.shift_policy` of ``target``, as the planner).
+    overlaps, default ``"all"``, as the planner).
     Returns ``(new module, [BlockReport])``.
     """
-    from .inplace import InplaceAnalyzer, shift_policy
+    from .inplace import InplaceAnalyzer
 
-    analyzer = InplaceAnalyzer(mod, shifted or shift_policy(target)) if inplace else None
+    analyzer = InplaceAnalyzer(mod, shifted or "all") if inplace else None
     if method in _DETERMINISTIC_BY_DEFAULT and "deterministic" not in options:
         options["deterministic"] = True  # a compiler pass must give the same order under any load
     if target is None:

@@ -109,9 +109,9 @@ class ArenaPlanMemory:
         Let a kernel output share memory with a kernel input that dies at the call
         when the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`).
     shifted : {None, "all", "affine", "exact"}
-        Which overlaps (:class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); default: ``"all"`` for
-        target kinds in :data:`~tvm_memsched.relax.inplace.SHIFTED_TARGETS` (``target``, else the
-        current one), ``"affine"`` for others.
+        Which overlaps (:class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); default ``"all"``. The
+        kernels that alias lose ``tirx.noalias``; every kernel does on targets whose code generator does not
+        honour it per kernel (LLVM, :data:`~tvm_memsched.relax.inplace.PER_KERNEL_NOALIAS`).
     """
 
     def __init__(self, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
@@ -127,14 +127,12 @@ class ArenaPlanMemory:
             meter = WorkspaceMeter(mod, target, self.workspace)
         new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
                                            time_limit=self.time_limit, workspace=meter, inplace=self.inplace,
-                                           shifted=self.policy())
+                                           shifted=self.policy(), target=self.target)
         return new_mod
 
     def policy(self) -> str:
-        """The in-place policy this pass plans with (``shifted``, else the target's default)."""
-        from .inplace import shift_policy
-
-        return self.shifted or shift_policy(self.target)
+        """The in-place policy this pass plans with (``shifted``, else ``"all"``)."""
+        return self.shifted or "all"
 
 
 def InlinePadding(target=None):  # noqa: N802 - a pass constructor, named like one
