@@ -441,7 +441,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     if pre_ours is not None and inplace:     # kernels that may run in place must not assume unaliased buffers
         from ..relax.inplace import allow_aliasing, candidate_kernels
 
-        pre_ours = allow_aliasing(pre_ours, candidate_kernels(pre_ours))
+        pre_ours = allow_aliasing(pre_ours, candidate_kernels(pre_ours), target)
     seconds["relax"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     kernel_mode = kernels
@@ -473,7 +473,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
             return kmod.workspace.get(gv.name_hint, 0)
 
         planned, reports = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
-                                       time_limit=10.0 if exact_arena else 2.0, io=io, inplace=inplace)
+                                       time_limit=10.0 if exact_arena else 2.0, io=io, inplace=inplace,
+                                       target=target)
         rep = [r for r in reports if r.function == "main"][0]
         if rep.status not in ("planned", "no allocations"):
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
@@ -501,7 +502,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         library = libraries[mode]
         if inplace and rep.inplace:          # for the report: the gain of in-place execution alone
             _, plain = plan_module(pre_ours, alignment=alignment, workspace=ws, exact=exact_arena,
-                                   time_limit=2.0, io=io, inplace=False)
+                                   time_limit=2.0, io=io, inplace=False, target=target)
             no_inplace = sum(r.total_bytes for r in plain if r.function == "main")
         elif inplace:
             no_inplace = rep.total_bytes

@@ -374,9 +374,9 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
 
     ``workspace``, ``io``: see :func:`plan_function`; ``inplace``: let kernel outputs take over
     dying inputs where the kernels' TIR allows it (``shifted``: which overlaps, see
-    :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); the kernels that alias lose ``tirx.noalias``,
-    and on a ``target`` (default: the current one) whose code generator does not honour it per kernel
-    every kernel does (:func:`~tvm_memsched.relax.inplace.allow_aliasing`). Returns ``(new module,
+    :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); the kernels that alias lose ``tirx.noalias``
+    (on a ``target``, default the current one, whose code generator does not honour it per kernel they are
+    compiled apart, :func:`~tvm_memsched.relax.inplace.allow_aliasing`). Returns ``(new module,
     [FunctionPlan])``.
     """
     from .inplace import InplaceAnalyzer
@@ -399,10 +399,9 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
         new_mod[gv] = new_func
         reports.append(fp)
     if analyzer is not None:
-        from .inplace import allow_aliasing, noalias_per_kernel
+        from .inplace import allow_aliasing
 
-        new_mod = allow_aliasing(new_mod, {k for r in reports for k in r.inplace_kernels},
-                                 everywhere=not noalias_per_kernel(target))
+        new_mod = allow_aliasing(new_mod, {k for r in reports for k in r.inplace_kernels}, target)
     if fallback:
         new_mod = relax.transform.StaticPlanBlockMemory()(new_mod)
     return new_mod, reports

@@ -44,13 +44,14 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tvm import relax, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.s_tir import SBlock
 
 from .access_bounds import access_spans, span_shift
 from .workspace import walk_stmts
 
 __all__ = ["kernel_inplace_pairs", "kernel_inplace_shifts", "InplaceAnalyzer", "allow_aliasing", "candidate_kernels",
-           "NOALIAS", "PER_KERNEL_NOALIAS", "SHIFTED", "noalias_per_kernel"]
+           "NOALIAS", "PER_KERNEL_NOALIAS", "SHIFTED", "noalias_per_kernel", "compile_apart"]
 
 #: the PrimFunc attribute that lets code generators assume kernel buffers never alias (C ``restrict``)
 NOALIAS = "tirx.noalias"
@@ -359,13 +360,11 @@ def _same_type(a, b) -> bool:
 
 
 #: target kinds whose code generator honours :data:`NOALIAS` per kernel (C: ``restrict``). TVM 0.27's LLVM code
-#: generator does not: it moves each kernel's body into a ``<name>_compute_`` function whose buffer pointers are
-#: all ``noalias`` (``CreateComputeScope``) whatever the kernel's own attribute says, unless no kernel of the
-#: module keeps the attribute on (measured on the LLVM IR of built modules: one kernel still ``noalias`` and the
-#: in-place kernels' compute functions are ``noalias`` again). A shifted overlap, correct in loop order, then
-#: computed other values once LLVM reordered loads and stores (MobileViT-xxs's reshape-transpose 52,736 B below
-#: its input; a copy-first convolution whose input copy LLVM forwarded), so on other targets
-#: :func:`allow_aliasing` turns the attribute off on every kernel of a module that aliases any.
+#: generator does not: it applies the attribute of the module's last kernel to every kernel (each body moved into
+#: a ``<name>_compute_`` function whose pointers are all ``noalias``, or none of them; read off the LLVM IR of
+#: two-kernel modules). A shifted overlap, correct in loop order, computed other values once LLVM reordered
+#: loads and stores (MobileViT-xxs's reshape-transpose 52,736 B below its input; a copy-first convolution whose
+#: input copy LLVM forwarded), so on other targets :func:`allow_aliasing` compiles the aliased kernels apart.
 PER_KERNEL_NOALIAS = frozenset({"c"})
 #: the in-place policies of :class:`InplaceAnalyzer`
 SHIFTED = ("all", "affine", "exact")
@@ -476,12 +475,13 @@ def _call_site(func, args, n_outputs: int) -> tuple[frozenset, list, frozenset]:
     return _shifts_cached(func, n_in, same)
 
 
-def allow_aliasing(mod, kernels, everywhere: bool = False) -> "tvm.IRModule":
-    """``mod`` with :data:`NOALIAS` turned off on the named kernels (those whose buffers may now share memory),
-    or, with ``everywhere`` and at least one kernel named, on every kernel of the module (targets whose code
-    generator does not honour the attribute per kernel, :data:`PER_KERNEL_NOALIAS`).
+def allow_aliasing(mod, kernels, target=None) -> "tvm.IRModule":
+    """``mod`` with :data:`NOALIAS` turned off on the named kernels (those whose buffers may now share memory).
 
-    Code generators may otherwise reorder loads and stores across buffers they are told never alias.
+    Code generators may otherwise reorder loads and stores across buffers they are told never alias. On a
+    ``target`` (default: the current one) whose code generator does not honour the attribute kernel by kernel
+    (:data:`PER_KERNEL_NOALIAS`; LLVM) the named kernels are compiled apart (:func:`compile_apart`), so the
+    others keep ``noalias``.
 
     >>> from tvm.script import tirx as T
     >>> @T.prim_func(s_tir=True)
@@ -490,17 +490,55 @@ def allow_aliasing(mod, kernels, everywhere: bool = False) -> "tvm.IRModule":
     ...     for i in range(4):
     ...         b[i] = a[i]
     >>> mod = tvm.IRModule({"k": k, "other": k})
-    >>> [bool(allow_aliasing(mod, {"k"}, e)[n].attrs[NOALIAS]) for e in (False, True) for n in ("k", "other")]
-    [False, True, False, False]
+    >>> [bool(allow_aliasing(mod, {"k"}, {"kind": "c"})[n].attrs[NOALIAS]) for n in ("k", "other")]
+    [False, True]
     """
     kernels = set(kernels)
     if not kernels:
         return mod
+    if not noalias_per_kernel(target):
+        return compile_apart(mod, kernels, target)
     new = mod.clone()
     for gv, f in mod.functions_items():
-        if (everywhere or gv.name_hint in kernels) and isinstance(f, tirx.PrimFunc):
+        if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc):
             new[gv] = f.with_attr(NOALIAS, False)
     return new
+
+
+def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
+    """``mod`` with the named kernels built now, by TVM's TIR pipeline and code generator for ``target`` (default:
+    the current one, else LLVM) in a module of their own with :data:`NOALIAS` off, attached as an external
+    module (``external_mods``, which the VM build links) and called by name; the other kernels stay in ``mod``
+    and keep ``noalias``. For code generators that apply one module-wide ``noalias`` (see
+    :data:`PER_KERNEL_NOALIAS`).
+    """
+    if target is None:
+        target = tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
+    elif not isinstance(target, tvm.target.Target):
+        target = tvm.target.Target(target)
+    apart = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
+    if not apart:
+        return mod
+    kmod = tvm.IRModule({gv.name_hint: f.with_attr(NOALIAS, False).with_attr("global_symbol", gv.name_hint)
+                         for gv, f in apart.items()})
+    lib = tvm.tirx.build(kmod, target=target)
+    new = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in apart}, attrs=mod.attrs,
+                       global_infos=mod.global_infos)
+
+    @mutator
+    class _Extern(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if isinstance(call.op, tvm.ir.GlobalVar) and call.op in apart:
+                return relax.Call(relax.ExternFunc(call.op.name_hint), call.args, call.attrs, call.ty_args,
+                                  call.span)
+            return call
+
+    for gv, func in list(new.functions_items()):
+        if isinstance(func, relax.Function):
+            new[gv] = _Extern().visit_expr(func)
+    attrs = dict(new.attrs) if new.attrs is not None else {}
+    return new.with_attr("external_mods", list(attrs.get("external_mods", [])) + [lib])
 
 
 def candidate_kernels(mod, function: str = "main") -> set:

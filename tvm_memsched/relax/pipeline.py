@@ -155,7 +155,8 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     ``"balanced"`` the faster kernel wherever the peak of live tensors plus workspace stays within
     ``allowance`` (10%) of the memory variant's (:class:`~tvm_memsched.relax.balance_kernels.BalanceKernels`,
     after the reorder). Every tradeoff takes every in-place overlap the kernels' loop order proves (on
-    LLVM with ``tirx.noalias`` off on every kernel, :data:`~tvm_memsched.relax.inplace.PER_KERNEL_NOALIAS`).
+    LLVM the aliased kernels are compiled apart without ``noalias``,
+    :func:`~tvm_memsched.relax.inplace.allow_aliasing`).
     Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,

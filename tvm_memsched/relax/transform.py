@@ -110,8 +110,8 @@ class ArenaPlanMemory:
         when the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`).
     shifted : {None, "all", "affine", "exact"}
         Which overlaps (:class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); default ``"all"``. The
-        kernels that alias lose ``tirx.noalias``; every kernel does on targets whose code generator does not
-        honour it per kernel (LLVM, :data:`~tvm_memsched.relax.inplace.PER_KERNEL_NOALIAS`).
+        kernels that alias lose ``tirx.noalias`` (on targets whose code generator does not honour it per
+        kernel, LLVM, they are compiled apart: :func:`~tvm_memsched.relax.inplace.allow_aliasing`).
     """
 
     def __init__(self, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
