@@ -140,7 +140,7 @@ def markdown(data) -> str:
             "\"ops in place\" counts outputs the plan really put over a dying input (elementwise / windowed). "
             "Relax: every overlap is proven from the kernel's TIR: same-index and consumed-first kernels "
             "structurally, convolutions and pooling by tracing the loop nest for the smallest safe shift "
-            "(`relax/access_trace.py`); our default runs convolutions channels-last (`ConvolutionLayout`), "
+            "(`relax/analysis/access_trace.py`); our default runs convolutions channels-last (`ConvolutionLayout`), "
             "where a 1x1 expansion's output can trail its input through memory (channels-first it could "
             "overlap one input plane only). \"same order, no in-place\" plans our final order and layout "
             "without overlaps; \"before\" is our pipeline with `--no-inplace --no-inline-producers` (the model's "

@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from tvm_memsched import micro, zoo  # noqa: E402
 from tvm_memsched.core.errors import MemschedError  # noqa: E402
-from tvm_memsched.relax.frontend import from_tflite_bytes  # noqa: E402
+from tvm_memsched.relax.frontends.frontend import from_tflite_bytes  # noqa: E402
 from tvm_memsched.relax.ir import model_macs  # noqa: E402
 from tvm_memsched.tflite.reader import read_tflite  # noqa: E402
 from tvm_memsched.tflite.verify import litert_run, tflm_arena, tflm_run  # noqa: E402

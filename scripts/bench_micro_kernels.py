@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from tvm_memsched import micro  # noqa: E402
-from tvm_memsched.relax.frontend import load_relax_model  # noqa: E402
+from tvm_memsched.relax.frontends.frontend import load_relax_model  # noqa: E402
 
 COLUMNS = ("arena", "largest workspace", "RAM total", "flash", "constants", "TVM default arena")
 

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tvm_memsched.app.output import write_results  # noqa: E402
 from tvm_memsched import micro  # noqa: E402
 from tvm_memsched.micro.run import default_sequence, litert_reference, run_qemu  # noqa: E402
-from tvm_memsched.relax.frontend import from_tflite_bytes  # noqa: E402
+from tvm_memsched.relax.frontends.frontend import from_tflite_bytes  # noqa: E402
 from tvm_memsched.tflite.optimize import optimize_tflite  # noqa: E402
 from tvm_memsched.tflite.reader import read_tflite  # noqa: E402
 from tvm_memsched.zoo.streaming import MICRO_WAKE_WORD_LIKE, SMALL, streaming_kws_tflite  # noqa: E402

@@ -74,7 +74,7 @@ def tflite_row(label: str, buf: bytes, budget: float) -> dict:
 
 def relax_row(spec: str) -> dict:
     from tvm_memsched.relax.compare import compare
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     name, dtype = spec.split(":")[1], (spec.split(":") + ["float32"])[2]
     buf = zoo.tflite(name, dtype)
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
     if not args.no_224:
         import tempfile
 
-        from tvm_memsched.relax.frontend import from_file
+        from tvm_memsched.relax.frontends.frontend import from_file
         from tvm_memsched.zoo import torch_nets
 
         print("relax-native torchvision MobileNetV2 224 (.pt2) ...", file=sys.stderr, flush=True)

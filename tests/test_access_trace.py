@@ -14,8 +14,8 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-from tvm_memsched.relax.access_trace import access_times, overlap_shift
-from tvm_memsched.relax.inplace import kernel_inplace_pairs, kernel_inplace_shifts
+from tvm_memsched.relax.analysis.access_trace import access_times, overlap_shift
+from tvm_memsched.relax.analysis.inplace import kernel_inplace_pairs, kernel_inplace_shifts
 
 
 def _out(size, k, s, d, pad):
@@ -143,7 +143,7 @@ def test_untraceable_kernels_are_never_shifted():
 # ------------------------------------------------------------------ bounds (the compile-time analysis)
 def test_bounds_equal_the_trace_when_every_loop_is_enumerated():
     """access_spans at full enumeration gives the tracer's (oracle's) shift on 120 random kernels."""
-    from tvm_memsched.relax.access_bounds import access_spans, span_shift
+    from tvm_memsched.relax.analysis.access_bounds import access_spans, span_shift
 
     for cfg in _configs(120, 7):
         func = _func(kernel_source(cfg)[0])
@@ -154,7 +154,7 @@ def test_bounds_equal_the_trace_when_every_loop_is_enumerated():
 @pytest.mark.parametrize("budget", [1, 3, 17, 64])
 def test_coarse_bounds_are_never_below_the_trace(budget):
     """Fewer steps only widen the bounds: a coarse shift is at least the exact one (so it is safe)."""
-    from tvm_memsched.relax.access_bounds import access_spans, span_shift
+    from tvm_memsched.relax.analysis.access_bounds import access_spans, span_shift
 
     for cfg in _configs(40, budget):
         func = _func(kernel_source(cfg)[0])
@@ -169,7 +169,7 @@ def test_bounds_of_a_large_kernel_take_little_time_and_memory():
     import time
     import tracemalloc
 
-    from tvm_memsched.relax.access_bounds import MAX_STEPS, access_spans, span_shift
+    from tvm_memsched.relax.analysis.access_bounds import MAX_STEPS, access_spans, span_shift
     from tvm_memsched.relax.int8.kernels import Requant, conv2d
 
     c, h, w = 512, 160, 160
@@ -189,7 +189,7 @@ def test_bounds_of_a_large_kernel_take_little_time_and_memory():
 
 def test_each_kernel_body_is_analysed_once(monkeypatch):
     """Repeated kernels (same body, other attributes) reuse the first analysis: access_spans runs once."""
-    import tvm_memsched.relax.inplace as ip
+    import tvm_memsched.relax.analysis.inplace as ip
 
     calls = []
     real = ip.access_spans

@@ -5,7 +5,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_memsched.relax.float_kernels import FloatKernels, lower_float
+from tvm_memsched.relax.passes.float_kernels import FloatKernels, lower_float
 from tvm_memsched.relax.int8.kernels import description
 
 
@@ -84,7 +84,7 @@ def test_nchw_and_shared_intermediates_are_left_to_tvm():
 def test_pass_form_and_zoo_model_numerics():
     from tvm_memsched import zoo
     from tvm_memsched.relax.compare import random_inputs
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     mod = from_tflite_bytes(zoo.tflite("resnet8", "float32"))
     p = FloatKernels()

@@ -9,10 +9,10 @@ import pytest
 import onnx_models
 from test_cli import assert_clean_error, run
 from tvm_memsched.core.errors import InputFileError, MemschedError, UnsupportedError
-from tvm_memsched.relax.frontend import from_file
-from tvm_memsched.relax.onnx_fold import fold_shapes
-from tvm_memsched.relax.onnx_frontend import from_onnx_bytes
-from tvm_memsched.relax.torch_frontend import from_pt2_bytes
+from tvm_memsched.relax.frontends.frontend import from_file
+from tvm_memsched.relax.frontends.onnx_fold import fold_shapes
+from tvm_memsched.relax.frontends.onnx_frontend import from_onnx_bytes
+from tvm_memsched.relax.frontends.torch_frontend import from_pt2_bytes
 from tvm_memsched.zoo import torch_nets
 
 #: small versions of the public architectures (32x32 inputs): name -> network

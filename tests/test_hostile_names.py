@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tvm_memsched import micro
-from tvm_memsched.relax.frontend import from_tflite_bytes
-from tvm_memsched.relax.names import c_identifier, c_safe_names
+from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+from tvm_memsched.relax.frontends.names import c_identifier, c_safe_names
 from tvm_memsched.tflite.builder import ModelBuilder, tfl
 
 HOSTILE = ['my "input"\n#include "evil.h"\\', "out\u00e9 */ name", "a b", "a-b", "a_b", "3x3", "", "\t"]

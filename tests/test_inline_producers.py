@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 
 from tvm_memsched.relax.compare import compare
-from tvm_memsched.relax.inline_producers import inline_producers
+from tvm_memsched.relax.passes.inline_producers import inline_producers
 from tvm_memsched.relax.target import stages
 from tvm_memsched.relax.testing import preactivation_module, weight
 
@@ -87,7 +87,7 @@ def test_tvm_pad_before_an_integer_kernel_is_left_apart(caplog):
     """TVM's pad kernels index with int64, our integer kernels with int32: FuseTIR cannot merge them, so the
     pair is not grouped (the pass used to fail on the patch-tiled int8 MobileNetV2)."""
     from tvm_memsched import zoo
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
     from tvm_memsched.relax.int8.lower import lower_int8
     from tvm_memsched.tflite.reader import read_tflite
     from tvm_memsched.tflite.tiling import tile_model
@@ -95,7 +95,7 @@ def test_tvm_pad_before_an_integer_kernel_is_left_apart(caplog):
     tiled, _ = tile_model(read_tflite(zoo.tflite("mobilenet_v2", "int8")), "block1/dw", (2, 2))
     mod = fused(lower_int8(from_tflite_bytes(tiled))[0])
     assert any(k.startswith("pad") for k in kernels_called(mod))
-    with caplog.at_level("WARNING", logger="tvm_memsched.relax.inline_producers"):
+    with caplog.at_level("WARNING", logger="tvm_memsched.relax.passes.inline_producers"):
         new, merged = inline_producers(mod)
     assert "FuseTIR refused" not in caplog.text              # never grouped, not merged and given up
     assert not any(p.startswith("pad") and "int8" in c for p, c in merged)

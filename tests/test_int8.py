@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tflite_ops as T
-from tvm_memsched.relax.frontend import from_tflite_bytes
+from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 from tvm_memsched.relax.int8 import fixedpoint as fx
 from tvm_memsched.relax.int8 import params as P
 from tvm_memsched.relax.int8.lower import IntegerLowering, lower_int8

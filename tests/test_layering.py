@@ -225,6 +225,33 @@ def test_modules_stay_small(module):
     assert n <= MAX_LINES, f"{module} has {n} lines (at most {MAX_LINES}: split it by job)"
 
 
+#: relax/'s top level: the glue; everything else lives in a room (frontends/, passes/, analysis/, int8/, rewrite/)
+RELAX_TOP = {"pipeline", "compare", "graph", "ir", "target", "testing"}
+RELAX_ROOMS = {"frontends", "passes", "analysis", "int8", "rewrite"}
+
+
+def _in(module: str, room: str) -> bool:
+    return module == f"{PKG}.relax.{room}" or module.startswith(f"{PKG}.relax.{room}.")
+
+
+def test_relax_top_level_is_the_glue_and_rooms_hold_the_rest():
+    top = {m.split(".")[2] for m in MODULES if m.startswith(f"{PKG}.relax.") and m.count(".") == 2}
+    packages = {m.split(".")[2] for m in MODULES if m.startswith(f"{PKG}.relax.") and m.count(".") == 2
+                and MODULES[m].endswith("__init__.py")}
+    assert packages == RELAX_ROOMS, f"relax/ packages {sorted(packages)}, expected {sorted(RELAX_ROOMS)}"
+    assert top - packages == RELAX_TOP, f"modules at relax/'s top: {sorted(top - packages)}"
+
+
+def test_relax_rooms_keep_apart():
+    """Importers use no pass, passes use no importer, nothing under relax/ uses app/."""
+    rules = [("frontends", lambda t: _in(t, "passes"), "a pass"), ("passes", lambda t: _in(t, "frontends"), "an importer")]
+    bad = [f"{imp!r} ({what})" for m, (internal, _) in IMPORTS.items() for room, wrong, what in rules
+           if _in(m, room) for imp in internal if wrong(imp.target)]
+    bad += [repr(imp) for m, (internal, _) in IMPORTS.items() if m.startswith(f"{PKG}.relax")
+            for imp in internal if imp.target.startswith(f"{PKG}.app")]
+    assert not bad, "imports across relax/'s rooms:\n" + "\n".join(bad)
+
+
 def test_readme_layout_lists_every_package():
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     section = text[text.index("## Layout and development"):]
@@ -236,8 +263,8 @@ def test_readme_layout_lists_every_package():
 
 def test_the_checker_sees_function_level_and_lazy_imports():
     """The checks above are only as good as the parser: it must see imports inside functions and lazy tables."""
-    internal, _ = IMPORTS["tvm_memsched.relax.transform"]
-    assert any(i.target == "tvm_memsched.relax.arena" for i in internal)
+    internal, _ = IMPORTS["tvm_memsched.relax.passes.transform"]
+    assert any(i.target == "tvm_memsched.relax.passes.arena" for i in internal)
     internal, _ = IMPORTS["tvm_memsched"]
     assert any(i.target == "tvm_memsched.relax.pipeline" for i in internal)         # the _LAZY table
     internal, _ = IMPORTS["tvm_memsched.app.cli"]

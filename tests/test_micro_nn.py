@@ -337,7 +337,7 @@ def test_packed_layouts():
 @pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
 def test_in_place_at_the_lag_the_tir_analysis_allows(lib, depthwise):
     """Output written over the input at the smallest safe lag traced from the TIR kernel: same numbers."""
-    from tvm_memsched.relax.inplace import kernel_inplace_shifts
+    from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
     from tvm_memsched.relax.int8 import kernels as K
 
     rng = np.random.default_rng(3)
@@ -385,7 +385,7 @@ def single_op_models():
 
 def export_fast(buf, board, out):
     from tvm_memsched import micro
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     exp = micro.export(from_tflite_bytes(buf), board, str(out), measure=False, check_fit=False)
     assert exp.library_kernels, "the library should compute this model's operator"
@@ -420,7 +420,7 @@ def test_exported_operators_match_in_qemu(board, tmp_path):
 def test_zoo_kws_model_in_qemu_is_bit_identical_to_tflite_micro_and_faster_than_tvm_kernels(tmp_path):
     from tvm_memsched import micro, zoo
     from tvm_memsched.micro.sidebyside import check_against_tflite
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     buf = zoo.tflite("ds_cnn", "int8")
     mod = from_tflite_bytes(buf)
@@ -516,8 +516,8 @@ def test_float_fully_connected(lib):
 
 @pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
 def test_float_in_place_at_the_lag_the_tir_analysis_allows(lib, depthwise):
-    from tvm_memsched.relax.float_kernels import conv2d_f32
-    from tvm_memsched.relax.inplace import kernel_inplace_shifts
+    from tvm_memsched.relax.passes.float_kernels import conv2d_f32
+    from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
 
     rng = np.random.default_rng(17)
     tried = 0
@@ -548,7 +548,7 @@ def float_models():
 def test_float_export_is_tvms_floats_without_fma(fma, tmp_path):
     """Without fused multiply-add the library computes TVM's very floats (same products, same order)."""
     from tvm_memsched import micro
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     mod = from_tflite_bytes(float_models()["ds_cnn"])
     exp = micro.export(mod, "mps2-an386", str(tmp_path), measure=False, float_fma=fma, kernels="fast")
@@ -561,7 +561,7 @@ def test_float_export_is_tvms_floats_without_fma(fma, tmp_path):
 @pytest.mark.slow
 def test_float_models_in_qemu_beat_tvm_kernels(tmp_path):
     from tvm_memsched import micro
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     mod = from_tflite_bytes(float_models()["resnet8"])
     fast = micro.export(mod, "mps2-an386", str(tmp_path / "fast"), check_fit=False, kernels="fast")

@@ -15,11 +15,11 @@ from strategies import brute_force_optimum
 from tvm_memsched.core import random_dag, simulate
 from tvm_memsched.core.simulate import peak_bytes
 from tvm_memsched.core.arena import Buffer, check_plan
-from tvm_memsched.relax.arena import collect_plans, plan_module
+from tvm_memsched.relax.passes.arena import collect_plans, plan_module
 from tvm_memsched.relax.compare import compare, random_inputs, run_vm
 from tvm_memsched.relax.graph import block_to_graph
 from tvm_memsched.relax.pipeline import pipeline, stages
-from tvm_memsched.relax.reorder import _best_order
+from tvm_memsched.relax.passes.reorder import _best_order
 from tvm_memsched.relax.testing import branchy_module, random_module
 from tvm_memsched.transform import ArenaPlanMemory, InlinePadding, MemoryAwareReorder
 

@@ -7,7 +7,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from tvm_memsched import micro
-from tvm_memsched.relax.inplace import allow_aliasing, candidate_kernels, kernel_inplace_pairs
+from tvm_memsched.relax.analysis.inplace import allow_aliasing, candidate_kernels, kernel_inplace_pairs
 from tvm_memsched.relax.testing import weight
 
 
@@ -230,7 +230,7 @@ def test_vm_targets_take_shifts_only_on_affine_accesses():
     may reorder loads and stores (LLVM); a window (affine rows) keeps its shift; the C target keeps both."""
     from tvm.script import tirx as T
 
-    from tvm_memsched.relax.inplace import InplaceAnalyzer, kernel_inplace_shifts
+    from tvm_memsched.relax.analysis.inplace import InplaceAnalyzer, kernel_inplace_shifts
 
     @T.prim_func(s_tir=True)
     def gather(a: T.Buffer((8, 6), "float32"), b: T.Buffer((6, 8), "float32")):

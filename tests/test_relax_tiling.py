@@ -7,7 +7,7 @@ import tvm
 from tvm_memsched.core.errors import UnsupportedError
 from tvm_memsched.relax.compare import random_inputs, run_vm
 from tvm_memsched.relax.testing import conv_stack_module
-from tvm_memsched.relax.tiling import PatchTiling, search_tiling, split_points, tile_module
+from tvm_memsched.relax.passes.tiling import PatchTiling, search_tiling, split_points, tile_module
 
 
 def _random_layers(rng, channels):
@@ -129,7 +129,7 @@ def test_pipeline_tile_option_builds_and_matches():
 def test_torchvision_mobilenet_v2_pt2_tiles_with_identical_outputs(tmp_path):
     """A real PyTorch export (BatchNorm, ReLU6, residual adds) through the .pt2 frontend and `compare --tile`."""
     from tvm_memsched.relax.compare import compare
-    from tvm_memsched.relax.frontend import from_file
+    from tvm_memsched.relax.frontends.frontend import from_file
     from tvm_memsched.zoo import torch_nets
 
     path = tmp_path / "mobilenet_v2.pt2"

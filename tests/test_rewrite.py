@@ -16,7 +16,7 @@ from tvm import relax
 from tvm.relax.dpl import PatternMatchingRewriter, rewrite_call
 
 from tvm_memsched.relax.compare import compare, random_inputs, run_vm
-from tvm_memsched.relax.frontend import from_tflite_bytes
+from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 from tvm_memsched.relax.rewrite import MERGE, RULES, available_rules, duplicate_groups, get_rules, identity_rewrite
 from tvm_memsched.relax.testing import branchy_module
 from tvm_memsched.transform import IdentityRewrite, MemoryAwareReorder

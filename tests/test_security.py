@@ -130,7 +130,7 @@ def _malicious_pt2(kind: str, marker) -> bytes:
 
 
 def test_pt2_sample_inputs_never_unpickled(tmp_path):
-    from tvm_memsched.relax.pt2_archive import load_exported_program
+    from tvm_memsched.relax.frontends.pt2_archive import load_exported_program
 
     marker = tmp_path / "ran"
     clean = _pt2()
@@ -145,7 +145,7 @@ def test_pt2_sample_inputs_never_unpickled(tmp_path):
                                            ("opaque_constant", "pickled"), ("aoti", "native code"),
                                            ("sympy", "shape expression"), ("target", "operator")])
 def test_pt2_needing_code_is_refused(tmp_path, kind, fragment):
-    from tvm_memsched.relax.pt2_archive import load_exported_program
+    from tvm_memsched.relax.frontends.pt2_archive import load_exported_program
 
     marker = tmp_path / "ran"
     buf = _malicious_pt2(kind, marker)
@@ -167,7 +167,7 @@ def test_pt2_refused_by_the_cli(tmp_path, command):
 
 
 def test_pt2_trust_is_an_explicit_opt_in(tmp_path):
-    from tvm_memsched.relax.pt2_archive import load_exported_program, trusting_model_code
+    from tvm_memsched.relax.frontends.pt2_archive import load_exported_program, trusting_model_code
 
     marker = tmp_path / "ran"
     buf = _malicious_pt2("pickled_weight", marker)
@@ -180,7 +180,7 @@ def test_pt2_trust_is_an_explicit_opt_in(tmp_path):
 
 
 def test_pt2_corrupt_tables_are_input_errors():
-    from tvm_memsched.relax.pt2_archive import load_exported_program
+    from tvm_memsched.relax.frontends.pt2_archive import load_exported_program
 
     def shrink(entries):
         key = next(k for k in entries if k.endswith("weights/weight_0"))
@@ -196,7 +196,7 @@ def test_pt2_zero_stride_size_bomb_is_refused():
     """A 48-byte weight declared as a 2**20 x 2**20 view with zero strides would be materialised by the
     importer: refused before any tensor is made."""
     from tvm_memsched.core.errors import UnsupportedError
-    from tvm_memsched.relax.pt2_archive import load_exported_program
+    from tvm_memsched.relax.frontends.pt2_archive import load_exported_program
 
     def fn(d):
         meta = d["config"]["fc.weight"]["tensor_meta"]
@@ -228,7 +228,7 @@ def _onnx_with_external(folder, location="w.bin", offset=0, length=None, write_d
 
 
 def test_onnx_external_data_beside_the_model_from_any_directory(tmp_path, monkeypatch):
-    from tvm_memsched.relax.frontend import from_file
+    from tvm_memsched.relax.frontends.frontend import from_file
 
     (tmp_path / "model").mkdir()
     path = _onnx_with_external(str(tmp_path / "model"))
@@ -249,7 +249,7 @@ def test_onnx_external_data_beside_the_model_from_any_directory(tmp_path, monkey
                                            ("symlink", "leads outside"), ("length", "needs 48 bytes"),
                                            ("short_file", "which has"), ("cwd_only", "cannot read")])
 def test_onnx_external_data_stays_in_the_model_folder(tmp_path, monkeypatch, case, fragment):
-    from tvm_memsched.relax.frontend import from_file
+    from tvm_memsched.relax.frontends.frontend import from_file
 
     secret = tmp_path / "secret.bin"
     secret.write_bytes(b"S3CR3T!!" * 64)
@@ -274,7 +274,7 @@ def test_onnx_external_data_stays_in_the_model_folder(tmp_path, monkeypatch, cas
 
 
 def test_onnx_dims_against_data(tmp_path):
-    from tvm_memsched.relax.onnx_frontend import from_onnx_bytes
+    from tvm_memsched.relax.frontends.onnx_frontend import from_onnx_bytes
 
     t = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
     t.dims[:] = [2, 2000]
@@ -301,7 +301,7 @@ def test_onnx_size_bomb_refused_before_allocating(shape):
     import resource
 
     from tvm_memsched.core.errors import UnsupportedError
-    from tvm_memsched.relax.onnx_frontend import from_onnx_bytes
+    from tvm_memsched.relax.frontends.onnx_frontend import from_onnx_bytes
 
     buf = _constant_of_shape_bomb(shape)
     assert len(buf) < 200
@@ -402,7 +402,7 @@ def test_duplicate_names_import_by_index():
     from tvm import relax
 
     from tvm_memsched.relax.compare import run_vm
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
     from tvm_memsched.tflite.verify import litert_run_sequence
 
     buf = _duplicate_named_tflite()

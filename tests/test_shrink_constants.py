@@ -8,7 +8,7 @@ from tvm import relax
 from tvm_memsched import micro
 from tvm_memsched.relax.compare import random_inputs, run_vm
 from tvm_memsched.relax.pipeline import pipeline
-from tvm_memsched.relax.shrink_constants import shrink_constants, smallest_broadcast
+from tvm_memsched.relax.passes.shrink_constants import shrink_constants, smallest_broadcast
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 SHAPE = [1, 4, 4, 3]
@@ -120,7 +120,7 @@ def tvm_import(buf):
 
 
 def test_micro_stores_the_model_weights_once(tmp_path):
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     mod = tvm_import(prelu_tflite())
     exp = micro.export(mod, "mps2-an386", str(tmp_path / "a"), measure=False)

@@ -6,11 +6,11 @@ import tvm
 from tvm import relax, s_tir
 from tvm.script import tirx as T
 
-from tvm_memsched.relax import shrink_workspace as sw
+from tvm_memsched.relax.passes import shrink_workspace as sw
 from tvm_memsched.relax.compare import compare
 from tvm_memsched.relax.pipeline import pipeline, stages
 from tvm_memsched.relax.testing import weight
-from tvm_memsched.relax.workspace import lowered_workspace_bytes, workspace_bytes
+from tvm_memsched.relax.analysis.workspace import lowered_workspace_bytes, workspace_bytes
 from tvm_memsched.transform import ShrinkWorkspace
 
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -171,7 +171,7 @@ def test_lowered_workspace_shortcut_equals_lowering(mode):
     """A kernel whose compacted form keeps at most one buffer is measured without lowering: the number is what
     TVM's TIR pipeline leaves, on TVM's fused kernels and on ShrinkWorkspace's."""
     from tvm_memsched.relax.testing import branchy_module
-    from tvm_memsched.relax.workspace import lower_func
+    from tvm_memsched.relax.analysis.workspace import lower_func
 
     st = stages(LLVM)
     with LLVM:

@@ -157,8 +157,8 @@ def test_relax_import_carries_state_like_litert():
     import tvm
     from tvm import relax
 
-    from tvm_memsched.relax.frontend import from_tflite_bytes
-    from tvm_memsched.relax.tflite_state import run_sequence, states
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.tflite_state import run_sequence, states
 
     buf = stateful_float_model()
     mod = from_tflite_bytes(buf)
@@ -173,8 +173,8 @@ def test_relax_import_carries_state_like_litert():
 
 
 def test_relax_import_of_the_streaming_model(kws):
-    from tvm_memsched.relax.frontend import from_tflite_bytes
-    from tvm_memsched.relax.tflite_state import states
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.tflite_state import states
 
     mod = from_tflite_bytes(kws["hoisted"])
     sts = states(mod)
@@ -188,7 +188,7 @@ def test_compare_streaming_model(kws):
     import tvm
 
     import tvm_memsched
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     c = tvm_memsched.compare(from_tflite_bytes(kws["hoisted"]), tvm.target.Target({"kind": "llvm"}))
     assert c.numerics_ok
@@ -198,7 +198,7 @@ def test_compare_streaming_model(kws):
 def test_micro_host_runs_the_stream_like_litert(kws, tmp_path):
     from tvm_memsched import micro
     from tvm_memsched.micro.run import default_sequence, litert_reference, run_host
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     buf = kws["hoisted"]
     exp = micro.export(from_tflite_bytes(buf), "mps2-an386", str(tmp_path / "m"), measure=False)
@@ -216,7 +216,7 @@ def test_micro_host_runs_the_stream_like_litert(kws, tmp_path):
 def test_state_update_falls_back_to_a_copy_when_kernels_read_after_the_write():
     """A fused kernel reading the old state and writing the new one cannot work in place."""
     from tvm_memsched.micro.codegen import KernelCall, Tensor, _Translator
-    from tvm_memsched.relax.tflite_state import StateVar
+    from tvm_memsched.relax.frontends.tflite_state import StateVar
 
     tr = _Translator(None, None, 16, [StateVar("v", 1, 1, (4,), "int8", np.zeros(4, np.int8))])
     old, new = Tensor(("state", 0), 0, (4,), "int8"), Tensor(("result", 0), 0, (4,), "int8")
@@ -260,7 +260,7 @@ def test_offset_buffer_files_round_trip(kws, tmp_path):
 def test_offset_buffer_files_in_relax_and_truncated(kws, tmp_path, capsys):
     import tvm
 
-    from tvm_memsched.relax.frontend import from_tflite_bytes
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     off = offset_layout(kws["traced"])
     tvm.ir.assert_structural_equal(from_tflite_bytes(off), from_tflite_bytes(kws["traced"]))

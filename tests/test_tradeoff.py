@@ -5,12 +5,12 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_memsched.relax import shrink_workspace as sw
-from tvm_memsched.relax.balance_kernels import BalanceKernels, balance_kernels
+from tvm_memsched.relax.passes import shrink_workspace as sw
+from tvm_memsched.relax.passes.balance_kernels import BalanceKernels, balance_kernels
 from tvm_memsched.relax.compare import compare
 from tvm_memsched.relax.pipeline import pipeline, stages
 from tvm_memsched.relax.testing import conv_stack_module
-from tvm_memsched.relax.workspace import workspace_bytes
+from tvm_memsched.relax.analysis.workspace import workspace_bytes
 from tvm_memsched.transform import ShrinkWorkspace
 
 from test_shrink_workspace import assert_bit_identical, run_kernel
@@ -130,8 +130,8 @@ def test_tradeoff_is_checked_and_places_the_passes():
 def test_channels_innermost_convolutions_sum_in_nchw_order():
     """ChannelsFirstReduction: reduction (rc, ry, rx) with the output channel innermost (the NCHW sums of
     TVM's default build, loads contiguous in the output channel); bit-identity is checked end to end above."""
-    from tvm_memsched.relax.layout import CONVERTED_ATTR, channels_first_reduction
-    from tvm_memsched.relax.workspace import walk_stmts
+    from tvm_memsched.relax.passes.layout import CONVERTED_ATTR, channels_first_reduction
+    from tvm_memsched.relax.analysis.workspace import walk_stmts
 
     mod = tvm.IRModule(conv_kernels((1, 10, 10, 6), 12, 3, 1, 1, "NHWC")).with_attr(CONVERTED_ATTR, True)
     new, changed = channels_first_reduction(mod)

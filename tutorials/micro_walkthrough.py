@@ -105,7 +105,7 @@ except micro.DoesNotFitError as e:
 #    compared with TFLite Micro's outputs on the same input: bit-identical.
 from tvm_memsched import zoo  # noqa: E402
 from tvm_memsched.micro.sidebyside import check_against_tflite, side_by_side, tflm_reference  # noqa: E402
-from tvm_memsched.relax.frontend import from_tflite_bytes  # noqa: E402
+from tvm_memsched.relax.frontends.frontend import from_tflite_bytes  # noqa: E402
 
 buf = zoo.tflite("darts_v2_cifar_tiny", "int8")
 q = micro.export(from_tflite_bytes(buf), board, os.path.join(out_root, "int8"))

@@ -356,7 +356,7 @@ def _with_native_log(args) -> int:
     when the command fails)."""
     import tempfile
 
-    from ..relax.native_log import native_stderr_to_file
+    from ..relax.frontends.native_log import native_stderr_to_file
 
     fd, path = tempfile.mkstemp(prefix="tvm-memsched-", suffix=".log")   # a new file: no planted link
     os.close(fd)
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             raise MemschedError("--profile applies with --run on a Cortex-M board (kernel calls are timed with "
                                 "its SysTick in QEMU), not with --host or without --run")
         if getattr(args, "trust_model_code", False):
-            from ..relax.pt2_archive import trusting_model_code
+            from ..relax.frontends.pt2_archive import trusting_model_code
 
             with trusting_model_code():
                 return _run(args)

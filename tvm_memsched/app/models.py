@@ -8,7 +8,7 @@ take:
   ``.onnx`` / ``.pt2`` (the operator graph of the imported Relax ``main``) or zoo;
 * :func:`load_relax_spec` - a Relax IRModule and a name (``compare``,
   ``micro``, ``bench``): ``.tflite``, ``.onnx``, ``.pt2``
-  (:mod:`tvm_memsched.relax.frontend`) or zoo;
+  (:mod:`tvm_memsched.relax.frontends.frontend`) or zoo;
 * :func:`load_tflite_spec` - a :class:`~tvm_memsched.tflite.reader.TFLiteGraph`
   (``tflite``, ``coral``): ``.tflite`` or zoo, written on the fly.
 
@@ -139,7 +139,7 @@ def load_relax_spec(spec: str, input_shapes=None):
             raise UnsupportedError(f"'{spec}': zoo networks have static shapes; --input-shape is for .onnx and "
                                    ".pt2 files")
         if dtype != "float32":        # the zoo's int8 .tflite, imported (then int8-lowered by our pipeline)
-            from ..relax.frontend import from_tflite_bytes
+            from ..relax.frontends.frontend import from_tflite_bytes
 
             return from_tflite_bytes(zoo.tflite(name, dtype), spec), f"{name}_{dtype}"
         return zoo.load(name), name
@@ -151,7 +151,7 @@ def load_relax_spec(spec: str, input_shapes=None):
     if ext not in MODEL_FILES:
         raise UnsupportedError(f"unsupported model file '{spec}': expected a .tflite, .onnx or .pt2 file or "
                                "zoo:NAME")
-    from ..relax.frontend import from_file
+    from ..relax.frontends.frontend import from_file
 
     return from_file(spec, shapes or None), os.path.splitext(os.path.basename(spec))[0]
 
@@ -228,7 +228,7 @@ def parse_grid(text: str) -> tuple[int, int]:
 
 def search_tiling_for(tg, args, *, inplace: str = "off", tflm: bool | None = False, progress=None):
     """Run :func:`~tvm_memsched.tflite.tiling.search_tiling` (``tg`` a TFLiteGraph) or
-    :func:`~tvm_memsched.relax.tiling.search_tiling` (``tg`` a Relax module) with the command's ``--tile*``
+    :func:`~tvm_memsched.relax.passes.tiling.search_tiling` (``tg`` a Relax module) with the command's ``--tile*``
     options and print every candidate; returns the TilingResult."""
     from ..core.tiling import DEFAULT_BUDGET
 
@@ -237,7 +237,7 @@ def search_tiling_for(tg, args, *, inplace: str = "off", tflm: bool | None = Fal
         raise UnsupportedError(f"--tile-budget must be a non-negative fraction, got {budget}")
     grid = parse_grid(args.tile_grid) if args.tile_grid else None
     if hasattr(tg, "functions_items"):          # a Relax module
-        from ..relax.tiling import search_tiling as relax_search
+        from ..relax.passes.tiling import search_tiling as relax_search
 
         res = relax_search(tg, budget=budget, split=args.tile_at, grid=grid, progress=progress)
     else:
@@ -263,13 +263,13 @@ def tiled_relax_spec(spec: str, args, progress=None):
     """``(tiled Relax module or None, TilingResult, untiled module, .tflite bytes)`` for ``--tile`` in
     ``compare`` and ``micro``: the model's ``.tflite`` is tiled (builtin ops), then imported; the untiled module
     is imported from the same file (the reference). Other models (ONNX, .pt2) are tiled by the Relax rewrite
-    (:mod:`tvm_memsched.relax.tiling`); the .tflite bytes are then None."""
-    from ..relax.frontend import from_tflite_bytes
+    (:mod:`tvm_memsched.relax.passes.tiling`); the .tflite bytes are then None."""
+    from ..relax.frontends.frontend import from_tflite_bytes
     from ..tflite.reader import read_tflite
 
     z = parse_zoo_spec(spec)
     buf = zoo.tflite(*z) if z is not None else tflite_bytes(spec)
-    if buf is None:                       # ONNX, .pt2, Relax: the Relax rewrite (tvm_memsched.relax.tiling)
+    if buf is None:                       # ONNX, .pt2, Relax: the Relax rewrite (tvm_memsched.relax.passes.tiling)
         untiled, _ = load_relax_spec(spec, input_shapes=getattr(args, "input_shape", None))
         res = search_tiling_for(untiled, args, progress=progress)
         return res.buf, res, untiled, None

@@ -9,7 +9,7 @@ Steps:
 2. the kernels ``main`` calls are built into one C file with TVM's C code
    generator (:mod:`.kernels`), which also tells exactly how much workspace
    each kernel will request;
-3. ``ArenaPlanMemory``'s planner (:func:`tvm_memsched.relax.arena.plan_module`)
+3. ``ArenaPlanMemory``'s planner (:func:`tvm_memsched.relax.passes.arena.plan_module`)
    places every intermediate tensor *and every kernel call's workspace* in one
    arena;
 4. the planned ``main`` becomes ``<name>.c``/``<name>.h``/``<name>_params.c``
@@ -344,7 +344,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         ``.int8`` says what was lowered.
     inplace : bool
         Let a kernel output share arena memory with an input that dies at the call
-        where the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.inplace`);
+        where the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.analysis.inplace`);
         those kernels are compiled without ``restrict`` buffers. False: never.
     kernels : {"auto", "fast", "tvm"}
         ``"fast"``: integer convolutions, fully connected layers, pools, ADD and
@@ -358,7 +358,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         :data:`RAM_BUDGET_FLOOR` bytes; ``.kernel_choice`` holds both builds' sizes. TVM's plan (``planner="tvm"``) always uses TVM's C.
         With the library, float32 convolutions and fully connected layers (and the
         bias, residual add and activation behind them) first become described
-        kernels (:mod:`tvm_memsched.relax.float_kernels`, TVM's very floats) that
+        kernels (:mod:`tvm_memsched.relax.passes.float_kernels`, TVM's very floats) that
         run on the library's float kernels.
     float_fma : bool
         The library's float kernels fuse multiply and add (VFMA on cores with an
@@ -370,16 +370,16 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     import tvm
     from tvm import relax
 
-    from ..relax.arena import plan_module
-    from ..relax.shrink_constants import shrink_constants as shrink_constants_
-    from ..relax.inline_producers import InlineProducers
-    from ..relax.shrink_workspace import ShrinkWorkspace
-    from ..relax.tflite_state import states as model_states
+    from ..relax.passes.arena import plan_module
+    from ..relax.passes.shrink_constants import shrink_constants as shrink_constants_
+    from ..relax.passes.inline_producers import InlineProducers
+    from ..relax.passes.shrink_workspace import ShrinkWorkspace
+    from ..relax.frontends.tflite_state import states as model_states
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
 
     from ..relax.ir import model_macs
-    from ..relax.names import c_safe_names
+    from ..relax.frontends.names import c_safe_names
 
     board = get_board(board)
     if kernels not in ("auto", "fast", "tvm"):
@@ -412,7 +412,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         seconds["int8"] = time.perf_counter() - t_int8
     reference = mod_ours if planner == "tvm_memsched" else mod
     mod_ours, constant_sites = shrink_constants_(mod_ours) if (ours and shrink_constants) else (mod_ours, [])
-    from ..relax.layout import ChannelsFirstReduction, convolutions_to
+    from ..relax.passes.layout import ChannelsFirstReduction, convolutions_to
     from ..relax.pipeline import resolve_layout
 
     conv_layout = resolve_layout(options.pop("layout", "auto"), inplace) if ours else None
@@ -421,7 +421,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
                                                      boundary_only=conv_layout.endswith("?"))[0],
                              "the convolution layout")
     if ours and kernels != "tvm":            # float convolutions as described kernels (TVM's floats)
-        from ..relax.float_kernels import lower_float
+        from ..relax.passes.float_kernels import lower_float
 
         t_f = time.perf_counter()
         mod_ours = _tvm_call(lambda: lower_float(mod_ours)[0], "float kernels")
@@ -439,7 +439,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         pre_tvm = _tvm_call(lambda: tvm.transform.Sequential(lower + middle)(fused), "the Relax pipeline") \
             if tvms else None
     if pre_ours is not None and inplace:     # kernels that may run in place must not assume unaliased buffers
-        from ..relax.inplace import allow_aliasing, candidate_kernels
+        from ..relax.analysis.inplace import allow_aliasing, candidate_kernels
 
         pre_ours = allow_aliasing(pre_ours, candidate_kernels(pre_ours), target)
     seconds["relax"] = time.perf_counter() - t0

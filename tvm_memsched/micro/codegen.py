@@ -21,7 +21,7 @@ translated as follows:
   parameters: the ``inputs`` array, or regions of the arena when the planner
   placed the inputs and outputs there (``<prefix>_input(i)``, ``<prefix>_invoke()``,
   ``<prefix>_output(k)``; not for stateful models);
-* the states of a stateful model (:mod:`tvm_memsched.relax.tflite_state`: a
+* the states of a stateful model (:mod:`tvm_memsched.relax.frontends.tflite_state`: a
   parameter and a result of ``main`` per resource variable) are static
   persistent buffers ``<prefix>_state_<k>`` outside the arena, set to their
   initial values by ``<prefix>_init()`` (``<prefix>_run`` calls it once by
@@ -735,7 +735,7 @@ def translate(func, kernels: KernelModule, *, workspace=None, alignment: int = 1
     planner placed each call's workspace in the arena (ArenaPlanMemory); None
     appends one shared workspace region, as large as the largest need, after the
     storages (TVM's StaticPlanBlockMemory plans no workspace). ``states``: the
-    :class:`~tvm_memsched.relax.tflite_state.StateVar`\\ s of a stateful
+    :class:`~tvm_memsched.relax.frontends.tflite_state.StateVar`\\ s of a stateful
     ``main`` (their parameters and results become state buffers).
     ``input_offsets``: the arena offset of each input when the planner placed the
     inputs and outputs in the arena (``plan_function(io=True)``; not with states);

@@ -53,7 +53,7 @@ MODES = ("fast", "tvm")
 #: the library's files in ``micro/runtime``
 LIBRARY_FILES = ("tms_nn.c", "tms_nn.h")
 _FAST_FLAG = 1
-#: float32 kernels of :mod:`tvm_memsched.relax.float_kernels` the library computes
+#: float32 kernels of :mod:`tvm_memsched.relax.passes.float_kernels` the library computes
 FLOAT_OPS = ("conv2d_f32", "depthwise_conv2d_f32", "dense_f32")
 #: most taps the library's depthwise convolution takes (TMS_DW_MAX_TAPS in tms_nn.h)
 DW_MAX_TAPS = 64

@@ -5,7 +5,7 @@ Both modes build the same C files with a small test program
 ``<name>_run`` once and prints every output as hex bytes; the outputs are
 compared with the TVM Relax VM's (``llvm``, TVM's default pipeline) within a
 float tolerance. Given a ``sequence`` of inputs, the program invokes the model
-on each in turn: a stateful model (:mod:`tvm_memsched.relax.tflite_state`) is
+on each in turn: a stateful model (:mod:`tvm_memsched.relax.frontends.tflite_state`) is
 initialised once with ``<name>_init()`` and carries its state from one
 invocation to the next, and every invocation is checked (against the VM with
 the state threaded through, or against a given reference such as LiteRT's).
@@ -136,9 +136,9 @@ def reference_outputs(mod, inputs) -> list[np.ndarray]:
 
 def reference_sequence(mod, sequence, states=None) -> list[list[np.ndarray]]:
     """The outputs of every invocation of ``sequence`` on the TVM VM, the state (``states``: the
-    :class:`~tvm_memsched.relax.tflite_state.StateVar`\\ s, default those of ``mod``) threaded through from its
+    :class:`~tvm_memsched.relax.frontends.tflite_state.StateVar`\\ s, default those of ``mod``) threaded through from its
     initial value."""
-    from ..relax.tflite_state import run_sequence
+    from ..relax.frontends.tflite_state import run_sequence
 
     return run_sequence(_build_reference(mod), mod, sequence, states)
 

@@ -35,16 +35,16 @@ from tvm import relax
 from ..core.errors import MemschedError
 from ..core.limits import check_available_memory
 from ..core.simulate import peak_bytes
-from .arena import collect_plans, plannable_live_peak
+from .passes.arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
 from .ir import static_nbytes
-from .layout import ChannelsFirstReduction, convolutions_to
+from .passes.layout import ChannelsFirstReduction, convolutions_to
 from .pipeline import pipeline, resolve_layout
-from .profiling import PassTimer, peak_rss
-from .transform import ArenaPlanMemory
-from .shrink_constants import shrink_constants as shrink_constants_
+from .analysis.profiling import PassTimer, peak_rss
+from .passes.transform import ArenaPlanMemory
+from .passes.shrink_constants import shrink_constants as shrink_constants_
 from .target import as_target, stages
-from .workspace import WorkspaceMeter
+from .analysis.workspace import WorkspaceMeter
 
 __all__ = ["Comparison", "compare", "random_inputs", "block_peaks", "run_vm", "time_vm"]
 
@@ -119,7 +119,7 @@ class Comparison:
 
     def profile(self, n: int = 12) -> str:
         """The slowest passes of each side (the shared dispatch and legalization counted on both)."""
-        from .profiling import profile_table
+        from .analysis.profiling import profile_table
 
         return profile_table({"TVM default": _merge(self.common_pass_seconds, self.default_pass_seconds),
                               "tvm_memsched": _merge(self.common_pass_seconds, self.memsched_pass_seconds)}, n)
@@ -207,9 +207,9 @@ def block_peaks(mod, meter, inplace: bool = False, shifted: str = "all") -> tupl
     """Largest program-order peak over the Relax functions' blocks: (without, with workspace, graphs).
 
     ``inplace``: count kernel outputs that may take over a dying input (as our planner does, with its
-    ``shifted`` policy, :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`).
+    ``shifted`` policy, :class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`).
     """
-    from .inplace import InplaceAnalyzer
+    from .analysis.inplace import InplaceAnalyzer
 
     analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
     total = total_ws = 0
@@ -278,7 +278,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     runs of each executable for the median run time (0 skips timing).
     ``shrink_workspace=False`` keeps TVM's kernels on our side too,
     ``shrink_constants=False`` the constants as imported. ``tile``: patch-tile our side's first
-    stage first (:class:`~tvm_memsched.relax.tiling.PatchTiling`; ``True`` or a dict of its
+    stage first (:class:`~tvm_memsched.relax.passes.tiling.PatchTiling`; ``True`` or a dict of its
     options); the outputs are still checked against TVM's default build of the untiled model.
     ``reference``: ``(name, run)``, ``run(inputs) -> outputs`` in the model's order (e.g. LiteRT's reference
     kernels for a ``.tflite``): our outputs are also checked against it, so a wrong import, which both builds
@@ -315,7 +315,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         with peak_rss() as rss_ours, passes("memsched"):
             ours_mod, int8_report, tiling = mod, None, None
             if tile:
-                from .tiling import PatchTiling
+                from .passes.tiling import PatchTiling
 
                 tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
                 ours_mod = tiling(mod)

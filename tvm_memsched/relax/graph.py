@@ -90,8 +90,8 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
     """The graph of block ``block_index`` of ``func`` (see the module docstring).
 
     ``workspace``: a callable GlobalVar -> bytes for ``call_tir`` kernels (e.g.
-    :class:`~tvm_memsched.relax.workspace.WorkspaceMeter`); None counts none.
-    ``inplace``: an :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`; a single-output
+    :class:`~tvm_memsched.relax.analysis.workspace.WorkspaceMeter`); None counts none.
+    ``inplace``: an :class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`; a single-output
     ``call_tir`` whose kernel may write its output over an input declares it (``Op.inplace``).
     ``used_after``: vars used after the block (default: computed from ``func``).
 

@@ -35,13 +35,13 @@ from __future__ import annotations
 import tvm
 
 from .int8.lower import IntegerLowering
-from .layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
-from .inline_producers import InlineProducers
-from .tiling import PatchTiling
-from .balance_kernels import BalanceKernels
-from .shrink_workspace import MODES as TRADEOFFS
+from .passes.layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
+from .passes.inline_producers import InlineProducers
+from .passes.tiling import PatchTiling
+from .passes.balance_kernels import BalanceKernels
+from .passes.shrink_workspace import MODES as TRADEOFFS
 from .target import as_target, stages
-from .transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
+from .passes.transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
 __all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline", "resolve_layout", "TRADEOFFS"]
 
@@ -146,17 +146,17 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     (:class:`~tvm_memsched.transform.ConvolutionLayout`): ``"auto"`` (default) NHWC when
     ``inplace``, ``"keep"`` the model's own, or ``"NHWC"`` / ``"NCHW"``. ``tile=True`` (or a dict
     of its options) first patch-tiles the model's first stage
-    (:class:`~tvm_memsched.relax.tiling.PatchTiling`). ``inline_producers=False`` keeps every
+    (:class:`~tvm_memsched.relax.passes.tiling.PatchTiling`). ``inline_producers=False`` keeps every
     element-wise producer a kernel of its own (default: cheap ones used once are computed inside their
-    consumer, :class:`~tvm_memsched.relax.inline_producers.InlineProducers`). ``tradeoff``: kernel
+    consumer, :class:`~tvm_memsched.relax.passes.inline_producers.InlineProducers`). ``tradeoff``: kernel
     speed against kernel workspace (:class:`~tvm_memsched.transform.ShrinkWorkspace`'s ``mode``):
     ``"memory"`` (default) the least workspace everywhere (a convolution's padding read through a bounds
     test per multiply-accumulate), ``"speed"`` padding computed in bands of rows (a little workspace),
     ``"balanced"`` the faster kernel wherever the peak of live tensors plus workspace stays within
-    ``allowance`` (10%) of the memory variant's (:class:`~tvm_memsched.relax.balance_kernels.BalanceKernels`,
+    ``allowance`` (10%) of the memory variant's (:class:`~tvm_memsched.relax.passes.balance_kernels.BalanceKernels`,
     after the reorder). Every tradeoff takes every in-place overlap the kernels' loop order proves (on
     LLVM the aliased kernels are compiled apart without ``noalias``,
-    :func:`~tvm_memsched.relax.inplace.allow_aliasing`).
+    :func:`~tvm_memsched.relax.analysis.inplace.allow_aliasing`).
     Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,

@@ -9,7 +9,6 @@ Modules (one job each; all import lazily, so importing this package is cheap):
 * :mod:`.verify` - LiteRT bit-identical comparison (file order), TFLM arena measurement;
 * :mod:`.optimize` - the end-to-end ``tvm-memsched tflite`` pipeline;
 * :mod:`.coral` - Edge TPU pipelines: cost model, exact and learned (RESPECT-style) segmentation, segment writer;
-* :mod:`.coral_learned` - the former name of :mod:`.coral.learned`.
 
 Example
 -------
@@ -21,10 +20,10 @@ True
 
 import importlib
 
-__all__ = ["builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "coral_learned",
+__all__ = ["builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral",
            "read_tflite", "optimize_tflite", "segment", "segment_learned"]
 
-_MODULES = {"builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral", "coral_learned"}
+_MODULES = {"builder", "reader", "reorder", "offline_plan", "verify", "optimize", "coral"}
 _FUNCTIONS = {"read_tflite": "reader", "optimize_tflite": "optimize", "segment": "coral",
               "segment_learned": "coral"}
 

@@ -12,7 +12,7 @@ padding clipped to the buffer), the lowest element each param reads and the
 highest it writes. A step is one point in time: its writes are taken to happen
 before its reads, except where it is a single store-only block instance, whose
 reads come first. The overlap then follows as in
-:func:`~tvm_memsched.relax.access_trace.overlap_shift`: the output, placed
+:func:`~tvm_memsched.relax.analysis.access_trace.overlap_shift`: the output, placed
 ``shift`` bytes below the input, must at every step have written only below
 the lowest input byte any later step reads.
 

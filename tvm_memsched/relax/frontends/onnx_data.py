@@ -39,8 +39,8 @@ import os
 
 import numpy as np
 
-from ..core.errors import InputFileError
-from ..core.limits import MAX_TENSOR_BYTES, check_tensor_bytes
+from ...core.errors import InputFileError
+from ...core.limits import MAX_TENSOR_BYTES, check_tensor_bytes
 
 __all__ = ["resolve_tensors", "check_activation_sizes"]
 

@@ -5,7 +5,7 @@ a reduction reads several times (a convolution's padding) is computed in bands o
 rows under it, which costs a band of workspace, instead of being read through a
 bounds test in the reduction's inner loop (the least-memory form, ``mode="memory"``).
 Each such kernel carries its unscheduled form
-(:data:`~tvm_memsched.relax.shrink_workspace.UNSHRUNK`). Whether the band fits is a
+(:data:`~tvm_memsched.relax.passes.shrink_workspace.UNSHRUNK`). Whether the band fits is a
 question of the memory live while the kernel runs, so it is decided here, once the
 order is known (run after ``MemoryAwareReorder``):
 
@@ -16,7 +16,7 @@ order is known (run after ``MemoryAwareReorder``):
 2. a kernel keeps its bands when, at every step that calls it, the live tensors
    plus its workspace stay within ``(1 + allowance) * P``; otherwise (or when it is
    called outside a dataflow block) it is scheduled for least memory
-   (:func:`~tvm_memsched.relax.shrink_workspace.shrink_func` with ``reuse="inline"``).
+   (:func:`~tvm_memsched.relax.passes.shrink_workspace.shrink_func` with ``reuse="inline"``).
 
 Each decision touches only the steps of one kernel, so they are independent, and the
 peak of live tensors plus workspace stays within ``(1 + allowance)`` of the
@@ -38,13 +38,13 @@ from dataclasses import asdict, dataclass
 import tvm
 from tvm import relax, tirx
 
-from ..core.errors import MemschedError
-from ..core.simulate import footprints
-from .graph import block_to_graph, used_after_blocks
-from .inplace import InplaceAnalyzer
-from .ir import call_tir_op
+from ...core.errors import MemschedError
+from ...core.simulate import footprints
+from ..graph import block_to_graph, used_after_blocks
+from ..analysis.inplace import InplaceAnalyzer
+from ..ir import call_tir_op
 from .shrink_workspace import UNSHRUNK, compact, shrink_func
-from .workspace import WorkspaceMeter, workspace_bytes
+from ..analysis.workspace import WorkspaceMeter, workspace_bytes
 
 __all__ = ["BalanceKernels", "KernelChoice", "balance_kernels"]
 
@@ -111,7 +111,7 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
     inplace : bool
         Count the in-place overlaps the planner takes (as ``ArenaPlanMemory(inplace=True)``).
     shifted : str, optional
-        Which overlaps the planner takes (:class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`; default
+        Which overlaps the planner takes (:class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`; default
         ``"all"``).
 
     Returns ``(module, [KernelChoice], peak, budget)``.

@@ -2,7 +2,7 @@
 
 :class:`OperatorConverter` subclasses TVM 0.27's converter
 (``tvm.relax.frontend.tflite.tflite_frontend.OperatorConverter``) and is what
-:func:`tvm_memsched.relax.frontend.from_tflite_bytes` imports with:
+:func:`tvm_memsched.relax.frontends.frontend.from_tflite_bytes` imports with:
 
 * **data-movement operators on int8 tensors** that TVM refuses when quantized
   (PAD, STRIDED_SLICE, SLICE, SPLIT, SPLIT_V, SQUEEZE, EXPAND_DIMS, TRANSPOSE,
@@ -41,7 +41,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter as _TVMConverter
 
-from .int8.params import act_range
+from ..int8.params import act_range
 
 __all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS"]
 

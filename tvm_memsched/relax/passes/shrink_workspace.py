@@ -69,16 +69,17 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import s_tir, tirx
 
-from .ir import per_body, strip_attrs
-from .workspace import compact, compacted_workspace_bytes, internal_allocations, walk_stmts, workspace_bytes
+from ..analysis.workspace import (compact, compacted_workspace_bytes, internal_allocations, walk_stmts,
+                                  workspace_bytes)
+from ..ir import per_body, strip_attrs
 
-__all__ = ["ShrinkWorkspace", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
+__all__ = ["ShrinkWorkspace", "InlinePadding", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
            "runs_each_instance_once", "REUSE", "MODES", "UNSHRUNK"]
 
 #: what :func:`shrink_func` may do with a stage a reduction reads several times per element
 REUSE = ("inline", "band")
 #: PrimFunc attribute of ``ShrinkWorkspace(mode="balanced")`` on a kernel computed in bands: the kernel as
-#: it came (before scheduling), for :class:`~tvm_memsched.relax.balance_kernels.BalanceKernels` to schedule
+#: it came (before scheduling), for :class:`~tvm_memsched.relax.passes.balance_kernels.BalanceKernels` to schedule
 #: for least memory where the bands would raise the peak too much
 UNSHRUNK = "tvm_memsched.unshrunk"
 
@@ -418,7 +419,7 @@ def shrink_func(func, epilogues: bool = True, measure=None, reuse: str = "inline
     measure : callable, optional
         ``measure(func) -> bytes`` of workspace; the new function is kept only if
         it is smaller (default: :func:`compact` then
-        :func:`~tvm_memsched.relax.workspace.workspace_bytes`).
+        :func:`~tvm_memsched.relax.analysis.workspace.workspace_bytes`).
     reuse : {"inline", "band"}
         What to do with a stage that a reduction reads several times per element (a
         convolution's padding): ``"inline"`` (least memory: index arithmetic and a bounds test
@@ -548,7 +549,7 @@ class ShrinkWorkspace:
 
     Padding is read through index arithmetic, element-wise stages are inlined and
     epilogues run per output element right after its reduction (see
-    :mod:`tvm_memsched.relax.shrink_workspace`). Numerics are unchanged; a kernel
+    :mod:`tvm_memsched.relax.passes.shrink_workspace`). Numerics are unchanged; a kernel
     the schedule cannot improve is left as it is.
 
     Parameters
@@ -565,7 +566,7 @@ class ShrinkWorkspace:
         reduction reads several times (padding) computed in bands of rows under it, as fast as
         TVM's kernel or faster, a little workspace. ``"balanced"``: as ``"speed"``, each such
         kernel carrying its unscheduled form (:data:`UNSHRUNK`) for
-        :class:`~tvm_memsched.relax.balance_kernels.BalanceKernels` (after the reorder) to
+        :class:`~tvm_memsched.relax.passes.balance_kernels.BalanceKernels` (after the reorder) to
         schedule for least memory where the bands would raise the peak too much.
 
     After the pass has run, ``report`` is a list of :class:`KernelWorkspace`
@@ -593,3 +594,14 @@ class ShrinkWorkspace:
     def saved(self) -> dict:
         """``{kernel: bytes saved}`` of the kernels the pass changed."""
         return {r.kernel: r.saved for r in self.report if r.steps}
+
+
+def InlinePadding(target=None):  # noqa: N802 - a pass constructor, named like one
+    """``ShrinkWorkspace(epilogues=False)``: inline padding and other element-wise stages only.
+
+    The former ``InlinePadding`` pass (superseded by :class:`ShrinkWorkspace`,
+    which also moves epilogues under their reductions and is on by default in
+    :func:`~tvm_memsched.relax.pipeline.pipeline`). ``saved`` maps each changed
+    kernel to the bytes saved.
+    """
+    return ShrinkWorkspace(epilogues=False, target=target)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .ir import expr_shape as _shape
+from ..ir import expr_shape as _shape
 
 __all__ = ["estimated_peak", "inplace_estimate"]
 
@@ -45,7 +45,7 @@ def _itemsize(expr) -> int:
 
 def _window_shift(value) -> int | None:
     """The lag (bytes) of a window operator's output behind its input, or None when it cannot overlap."""
-    from ..core.windows import nhwc_window_shift
+    from ...core.windows import nhwc_window_shift
 
     x = value.args[0]
     xs, ys = _shape(x), _shape(value)
@@ -96,10 +96,10 @@ def inplace_estimate(value, op, sizes: dict) -> list:
 def estimated_peak(mod, time_limit: float = 2.0) -> int:
     """Our scheduler's peak for ``mod``'s ``main`` dataflow block with the overlaps of
     :func:`inplace_estimate` (program order if it cannot be scheduled)."""
-    from ..core.graph import Graph
-    from ..core.simulate import peak_bytes
-    from ..schedulers import schedule
-    from .graph import block_to_graph
+    from ...core.graph import Graph
+    from ...core.simulate import peak_bytes
+    from ...schedulers import schedule
+    from ..graph import block_to_graph
 
     func = mod["main"]
     k = next(i for i, b in enumerate(func.body.blocks) if isinstance(b, relax.DataflowBlock))

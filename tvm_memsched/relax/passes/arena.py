@@ -14,7 +14,7 @@ every kernel output is an ``R.builtin.alloc_tensor``. For each function:
    region that is live only while the ``If`` runs;
 4. *in-place* (``inplace=True``): a kernel output may share memory with a
    kernel input that dies at that call when the kernel's TIR proves it safe
-   (:mod:`tvm_memsched.relax.inplace`); the output buffer then starts at the call
+   (:mod:`tvm_memsched.relax.analysis.inplace`); the output buffer then starts at the call
    and carries the alias (taken or not by the planner);
 5. :func:`tvm_memsched.core.arena.plan_arena` packs the buffers of each storage
    scope into one arena with ``alignment``-byte offsets;
@@ -36,11 +36,13 @@ from dataclasses import asdict, dataclass, field
 import tvm
 from tvm import relax
 
-from ..core.arena import Buffer, check_plan, plan_arena
-from ..core.errors import UnsupportedError
-from .ir import VIEW_OPS, is_op, shape_values, tensor_bytes
+from ...core.arena import Buffer, check_plan, plan_arena
+from ...core.errors import UnsupportedError
+from ..analysis.workspace import WorkspaceMeter
+from ..ir import VIEW_OPS, is_op, shape_values, tensor_bytes
 
-__all__ = ["FunctionPlan", "plan_function", "plan_module", "collect_plans", "plannable_live_peak"]
+__all__ = ["ArenaPlanMemory", "FunctionPlan", "plan_function", "plan_module", "collect_plans",
+           "plannable_live_peak"]
 
 log = logging.getLogger("tvm_memsched")
 
@@ -309,7 +311,7 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
     The planned function then returns arena memory: for exports that own the
     arena (the microcontroller C export), not for the VM.
 
-    ``inplace``: an :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer` of the module; kernel
+    ``inplace``: an :class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer` of the module; kernel
     outputs may then share memory with inputs that die at the call (see the module docstring).
 
     Raises :class:`UnsupportedError` when the function cannot be planned statically.
@@ -374,12 +376,12 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
 
     ``workspace``, ``io``: see :func:`plan_function`; ``inplace``: let kernel outputs take over
     dying inputs where the kernels' TIR allows it (``shifted``: which overlaps, see
-    :class:`~tvm_memsched.relax.inplace.InplaceAnalyzer`); the kernels that alias lose ``tirx.noalias``
+    :class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`); the kernels that alias lose ``tirx.noalias``
     (on a ``target``, default the current one, whose code generator does not honour it per kernel they are
-    compiled apart, :func:`~tvm_memsched.relax.inplace.allow_aliasing`). Returns ``(new module,
+    compiled apart, :func:`~tvm_memsched.relax.analysis.inplace.allow_aliasing`). Returns ``(new module,
     [FunctionPlan])``.
     """
-    from .inplace import InplaceAnalyzer
+    from ..analysis.inplace import InplaceAnalyzer
 
     analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
     new_mod = mod.clone()
@@ -399,7 +401,7 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
         new_mod[gv] = new_func
         reports.append(fp)
     if analyzer is not None:
-        from .inplace import allow_aliasing
+        from ..analysis.inplace import allow_aliasing
 
         new_mod = allow_aliasing(new_mod, {k for r in reports for k in r.inplace_kernels}, target)
     if fallback:
@@ -442,8 +444,8 @@ def plannable_live_peak(mod, alignment: int = 1, inplace: bool = False, shifted:
     outputs and dynamic allocations excluded), used to judge planners. ``inplace``: with
     the in-place overlaps kernels allow (``shifted``: which, see :func:`plan_module`).
     """
-    from ..core.arena import live_peak
-    from .inplace import InplaceAnalyzer
+    from ...core.arena import live_peak
+    from ..analysis.inplace import InplaceAnalyzer
 
     analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
 
@@ -458,3 +460,52 @@ def plannable_live_peak(mod, alignment: int = 1, inplace: bool = False, shifted:
         by_scope, _ = _collect_buffers(st, alignment)
         total += sum(live_peak(bufs, alignment) for bufs in by_scope.values())
     return total
+
+
+@tvm.transform.module_pass(opt_level=0, name="ArenaPlanMemory")
+class ArenaPlanMemory:
+    """Plan every intermediate tensor at a byte offset in one arena per function and scope.
+
+    Parameters
+    ----------
+    alignment : int
+        Offset alignment in bytes (64 keeps ``ensure_zero_offset`` zero-copy on CPU).
+    exact : bool
+        Also run CP-SAT on the placement when the greedy portfolio does not reach
+        the live-peak lower bound (within ``time_limit``; skipped without OR-Tools).
+    time_limit : float
+        Seconds for the placement search per function and scope.
+    workspace : {None, "lowered", "tir"}
+        Also plan every kernel call's workspace into the arena (for runtimes that
+        serve ``TVMBackendAllocWorkspace`` from it, like the microcontroller export);
+        ``report[i].workspace`` then holds the offsets. The VM ignores them.
+    target : Target, optional
+        Target for measuring workspace (default: the current target).
+    inplace : bool
+        Let a kernel output share memory with a kernel input that dies at the call
+        when the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.analysis.inplace`).
+    shifted : {None, "all", "affine", "exact"}
+        Which overlaps (:class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`); default ``"all"``. The
+        kernels that alias lose ``tirx.noalias`` (on targets whose code generator does not honour it per
+        kernel, LLVM, they are compiled apart: :func:`~tvm_memsched.relax.analysis.inplace.allow_aliasing`).
+    """
+
+    def __init__(self, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
+                 workspace: str | None = None, target=None, inplace: bool = True, shifted=None):
+        self.alignment, self.exact, self.time_limit = alignment, exact, time_limit
+        self.workspace, self.target, self.inplace, self.shifted = workspace, target, inplace, shifted
+        self.report = []
+
+    def transform_module(self, mod, ctx):
+        meter = None
+        if self.workspace is not None:
+            target = self.target if self.target is not None else tvm.target.Target.current(allow_none=True)
+            meter = WorkspaceMeter(mod, target, self.workspace)
+        new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
+                                           time_limit=self.time_limit, workspace=meter, inplace=self.inplace,
+                                           shifted=self.policy(), target=self.target)
+        return new_mod
+
+    def policy(self) -> str:
+        """The in-place policy this pass plans with (``shifted``, else ``"all"``)."""
+        return self.shifted or "all"

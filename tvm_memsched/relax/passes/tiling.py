@@ -55,12 +55,12 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
-from ..core.errors import UnsupportedError
-from ..core.tiling import DEFAULT_BUDGET, DEFAULT_GRIDS, TilingCandidate, TilingResult, input_range, patch_ranges
-from .estimate import estimated_peak
-from .ir import expr_shape as _shape
-from .ir import var_occurrences as _vars_in
-from .ir import model_macs as ir_model_macs
+from ...core.errors import UnsupportedError
+from ...core.tiling import DEFAULT_BUDGET, DEFAULT_GRIDS, TilingCandidate, TilingResult, input_range, patch_ranges
+from ..analysis.estimate import estimated_peak
+from ..ir import expr_shape as _shape
+from ..ir import var_occurrences as _vars_in
+from ..ir import model_macs as ir_model_macs
 
 __all__ = ["split_points", "tile_function", "tile_module", "search_tiling", "PatchTiling"]
 

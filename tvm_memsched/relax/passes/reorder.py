@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass
 import tvm
 from tvm import relax
 
-from ..core.errors import MemschedError
-from ..core.simulate import peak_bytes
-from ..schedulers import schedule
-from .graph import block_to_graph, reorder_block, used_after_blocks
-from .workspace import WorkspaceMeter
+from ...core.errors import MemschedError
+from ...core.simulate import peak_bytes
+from ...schedulers import schedule
+from ..analysis.workspace import WorkspaceMeter
+from ..graph import block_to_graph, reorder_block, used_after_blocks
 
-__all__ = ["BlockReport", "reorder_module", "reorder_function"]
+__all__ = ["MemoryAwareReorder", "BlockReport", "reorder_module", "reorder_function"]
 
 log = logging.getLogger("tvm_memsched")
 
@@ -139,12 +139,12 @@ def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None
     export), so the peak with workspace is minimised first; otherwise (the Relax
     VM, whose workspace comes from a separate pool) the tensor peak is minimised
     first and the peak with workspace breaks ties. ``inplace``: kernels whose TIR lets an
-    output overwrite a dying input (:mod:`tvm_memsched.relax.inplace`) declare it, so the
+    output overwrite a dying input (:mod:`tvm_memsched.relax.analysis.inplace`) declare it, so the
     schedule decides which inputs die where (as the arena planner will use it; ``shifted``: which
     overlaps, default ``"all"``, as the planner).
     Returns ``(new module, [BlockReport])``.
     """
-    from .inplace import InplaceAnalyzer
+    from ..analysis.inplace import InplaceAnalyzer
 
     analyzer = InplaceAnalyzer(mod, shifted or "all") if inplace else None
     if method in _DETERMINISTIC_BY_DEFAULT and "deterministic" not in options:
@@ -167,3 +167,41 @@ def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None
                 new_mod = mod.clone()
             new_mod[gv] = new_func
     return new_mod, reports
+
+
+@tvm.transform.module_pass(opt_level=0, name="MemoryAwareReorder")
+class MemoryAwareReorder:
+    """Reorder the bindings of every DataflowBlock with a scheduler from the registry.
+
+    Parameters
+    ----------
+    method : str
+        Scheduler name (``"auto"``, ``"dp"``, ``"hmcos"``, ``"ilp"``, ``"rpo"``, ...).
+    time_limit : float, optional
+        Seconds per block for exact searches (``auto`` defaults to a few seconds).
+    workspace : {"lowered", "tir", None}
+        How kernel-internal allocations of ``call_tir`` bindings are measured.
+    target : Target, optional
+        Target for the ``"lowered"`` workspace measurement (default: the current target).
+    workspace_shared : bool
+        Kernel workspace shares the arena with the tensors (the microcontroller
+        export): minimise the peak with workspace first. Default False (the Relax
+        VM serves workspace from a separate pool): minimise the tensor peak first,
+        the peak with workspace breaks ties.
+    **options
+        Passed to the scheduler.
+    """
+
+    def __init__(self, method: str = "auto", time_limit: float | None = None, workspace: str | None = "lowered",
+                 target=None, progress=None, workspace_shared: bool = False, **options):
+        self.method, self.time_limit, self.workspace = method, time_limit, workspace
+        self.target, self.progress, self.options = target, progress, options
+        self.workspace_shared = workspace_shared
+        self.report = []
+
+    def transform_module(self, mod, ctx):
+        new_mod, self.report = reorder_module(mod, method=self.method, time_limit=self.time_limit,
+                                              workspace=self.workspace, target=self.target,
+                                              progress=self.progress, workspace_shared=self.workspace_shared,
+                                              **self.options)
+        return new_mod

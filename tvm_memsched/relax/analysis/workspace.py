@@ -117,7 +117,7 @@ _COMPACTED_LIMIT = 8192
 
 def _compacted_allocations(func) -> list:
     """:func:`internal_allocations` of :func:`compact` ``(func)`` in the global scope, once per kernel body."""
-    from .ir import per_body
+    from ..ir import per_body
 
     def measure(_stripped):
         if not workspace_bytes(func):          # compaction only shrinks buffers
@@ -197,7 +197,7 @@ _LOWERED_LIMIT = 8192
 def lowered_workspace_bytes(func, target, name: str = "main") -> int:
     """:func:`workspace_bytes` of ``func`` lowered for ``target`` (unlowered if lowering fails); computed once per
     distinct kernel body and target."""
-    from .ir import per_body
+    from ..ir import per_body
 
     def measure(_stripped):
         try:

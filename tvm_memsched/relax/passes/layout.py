@@ -5,7 +5,7 @@ before channel ``k + 1``, and every channel plane reads *all* input channels: a
 1x1 expansion or projection can overwrite at most one input plane. Channels
 last, each output pixel is finished before the next one starts and only reads
 input pixels around it, so the output can trail the input through memory
-(:func:`~tvm_memsched.relax.access_trace.overlap_shift` finds how closely) and
+(:func:`~tvm_memsched.relax.analysis.access_trace.overlap_shift` finds how closely) and
 an expansion's input, or a depthwise convolution's, nearly vanishes from the
 peak. The pass is TVM's ``ConvertLayout`` for ``relax.nn.conv2d`` (data NHWC,
 weights HWIO; layout transposes only where the layout changes). Models that
@@ -36,7 +36,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .workspace import walk_stmts
+from ..analysis.workspace import walk_stmts
 
 __all__ = ["ConvolutionLayout", "ChannelsFirstReduction", "convolutions_to", "channels_first_reduction", "LAYOUTS"]
 
@@ -144,7 +144,7 @@ def _boundaries(mod) -> int:
 
 def _result_copy_bytes(mod) -> int:
     """The largest transpose producing a function's result: both layouts of the result are alive there."""
-    from .ir import static_nbytes
+    from ..ir import static_nbytes
 
     worst = 0
     for _, f in mod.functions_items():
@@ -165,7 +165,7 @@ def _result_copy_bytes(mod) -> int:
 
 
 def _peak_estimate(mod) -> int:
-    from .estimate import estimated_peak
+    from ..analysis.estimate import estimated_peak
 
     try:
         return estimated_peak(mod)

@@ -20,7 +20,7 @@ exact through scheduling):
 Anything else (a read of a neighbour element, a reduction over ``i``, ``i``
 read after ``o`` is first written) is not same-index safe.
 :func:`kernel_inplace_shifts` then bounds the kernel's loop nest
-(:mod:`~tvm_memsched.relax.access_bounds`, in bounded memory) for a **shifted** overlap: the output
+(:mod:`~tvm_memsched.relax.analysis.access_bounds`, in bounded memory) for a **shifted** overlap: the output
 starts ``shift`` bytes below the input, far enough that no write lands on an
 input byte a later iteration still reads (a depthwise convolution or a pooling
 lags one input row and one pixel behind its writes). ``call_tir_inplace``
@@ -334,7 +334,7 @@ _SHIFTS: dict = {}
 def _shifts_cached(func, n_in: int, same: tuple) -> tuple[frozenset, list, frozenset]:
     """``(kernel_inplace_pairs, kernel_inplace_shifts, affinely indexed parameters)`` with ``same_shape``
     given as the pairs that match, once per kernel body (the parameters only where a shift is not 0)."""
-    from .ir import per_body
+    from ..ir import per_body
 
     def analyse(_stripped):
         exact = frozenset(kernel_inplace_pairs(func, n_in, lambda i, o: (i, o) in same))
@@ -345,8 +345,8 @@ def _shifts_cached(func, n_in: int, same: tuple) -> tuple[frozenset, list, froze
 
 
 def _spans(func):
-    """:func:`~tvm_memsched.relax.access_bounds.access_spans` of ``func``, computed once per distinct body."""
-    from .ir import per_body
+    """:func:`~tvm_memsched.relax.analysis.access_bounds.access_spans` of ``func``, computed once per distinct body."""
+    from ..ir import per_body
 
     return per_body(_SPANS, func, None, access_spans, _SPANS_LIMIT)
 

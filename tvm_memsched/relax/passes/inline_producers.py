@@ -48,9 +48,9 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
-from .ir import static_nbytes, var_occurrences
+from ..ir import static_nbytes, var_occurrences
 from .shrink_workspace import compact, shrink_func
-from .workspace import walk_stmts, workspace_bytes
+from ..analysis.workspace import walk_stmts, workspace_bytes
 
 __all__ = ["InlineProducers", "inline_producers"]
 

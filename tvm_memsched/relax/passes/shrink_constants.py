@@ -46,8 +46,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .ir import static_shape
-from .rewrite import replace_bindings
+from ..ir import static_shape
+from ..rewrite import replace_bindings
 
 __all__ = ["ShrinkConstants", "ConstantSite", "shrink_constants", "smallest_broadcast", "constant_value"]
 
@@ -242,7 +242,7 @@ def shrink_constants(mod):
 class ShrinkConstants:
     """Keep broadcast constants at their small shape (run at operator level, before legalization).
 
-    See :mod:`tvm_memsched.relax.shrink_constants`: a PReLU slope imported as a
+    See :mod:`tvm_memsched.relax.passes.shrink_constants`: a PReLU slope imported as a
     broadcast ``[H*W*C]`` array goes back to ``[C]``, and repeating constant
     operands of element-wise operators shrink to the smallest array that
     broadcasts to the same values. Results are bit-identical. After the pass has

@@ -28,9 +28,9 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..core.errors import UnsupportedError
-from ..core.limits import check_tensor_bytes
-from .ir import static_nbytes, static_shape
+from ...core.errors import UnsupportedError
+from ...core.limits import check_tensor_bytes
+from ..ir import static_nbytes, static_shape
 
 __all__ = ["bind_input_shapes", "check_static", "shape_text"]
 

@@ -27,7 +27,7 @@ import logging
 import re
 import warnings
 
-from ..core.errors import InputFileError, MemschedError, UnsupportedError, last_line
+from ...core.errors import InputFileError, MemschedError, UnsupportedError, last_line
 from .input_shapes import bind_input_shapes, check_static
 from .native_log import quiet_import
 from .pt2_archive import load_exported_program

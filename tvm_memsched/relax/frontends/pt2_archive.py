@@ -46,8 +46,8 @@ import posixpath
 import re
 import zipfile
 
-from ..core.errors import InputFileError, UntrustedModelError, last_line
-from ..core.limits import check_tensor_bytes
+from ...core.errors import InputFileError, UntrustedModelError, last_line
+from ...core.limits import check_tensor_bytes
 
 __all__ = ["load_exported_program", "trusting_model_code", "MAX_ARCHIVE_BYTES"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import warnings
 
-from ..core.errors import InputFileError, UnsupportedError, last_line
+from ...core.errors import InputFileError, UnsupportedError, last_line
 from .input_shapes import check_static
 from .native_log import quiet_import
 from .onnx_data import check_activation_sizes, resolve_tensors

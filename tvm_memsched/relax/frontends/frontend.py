@@ -32,7 +32,7 @@ import collections
 import contextlib
 import os
 
-from ..core.errors import InputFileError, UnsupportedError, last_line
+from ...core.errors import InputFileError, UnsupportedError, last_line
 
 __all__ = ["from_file", "from_tflite_file", "from_tflite_bytes", "tensors_by_index", "MODEL_EXTENSIONS"]
 

@@ -35,9 +35,9 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
-from .int8.kernels import finish
-from .int8.patterns import FunctionView
-from .ir import KernelEmitter, op_name, replace_bindings, static_shape
+from ..int8.kernels import finish
+from ..int8.patterns import FunctionView
+from ..ir import KernelEmitter, op_name, replace_bindings, static_shape
 
 __all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatReport"]
 

@@ -84,7 +84,7 @@ def quiet_import(fn, classify):
     ...
     ValueError: bad: division by zero
     """
-    from ..core.errors import MemschedError
+    from ...core.errors import MemschedError
 
     failure = None
     with native_stderr_silenced():

@@ -20,7 +20,7 @@ the state through.
 
 Example
 -------
->>> from tvm_memsched.relax.frontend import from_tflite_bytes
+>>> from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 >>> from tvm_memsched.zoo.streaming import streaming_kws_tflite
 >>> mod = from_tflite_bytes(streaming_kws_tflite())
 >>> [(s.name, s.param, s.output, s.shape) for s in states(mod)][:2]
@@ -112,7 +112,7 @@ def run_sequence(ex, mod, inputs_seq, spec=None) -> list[list[np.ndarray]]:
     ``inputs_seq`` in turn, from the initial state, feeding each invocation's new state to the next; the
     outputs of every invocation (without the states). ``spec``: the states (default :func:`states` of
     ``mod``)."""
-    from .compare import run_vm
+    from ..compare import run_vm
 
     spec = states(mod) if spec is None else spec
     state = [s.init for s in spec]
