@@ -10,13 +10,18 @@ question of the memory live while the kernel runs, so it is decided here, once t
 order is known (run after ``MemoryAwareReorder``):
 
 1. ``P`` is the largest number of bytes of live tensors at any step, over every
-   dataflow block, in program order, with the in-place overlaps the planner takes:
-   a lower bound of the least-memory build's peak of live tensors plus the running
-   kernel's workspace (the VM's workspace pool is memory too);
+   dataflow block, in program order, with the in-place overlaps the planner takes
+   with least-memory kernels (every banded kernel's overlaps counted): a lower bound
+   of the least-memory build's peak of live tensors plus the running kernel's
+   workspace (the VM's workspace pool is memory too);
 2. a kernel keeps its bands when, at every step that calls it, the live tensors
-   plus its workspace stay within ``(1 + allowance) * P``; otherwise (or when it is
-   called outside a dataflow block) it is scheduled for least memory
-   (:func:`~tvm_memsched.relax.passes.shrink_workspace.shrink_func` with ``reuse="inline"``).
+   (without that kernel running in place: a fast kernel stays out of in-place
+   execution, :data:`~tvm_memsched.relax.analysis.inplace.KEEP_NOALIAS`, which on
+   LLVM would cost it ``noalias``) plus its workspace stay within
+   ``(1 + allowance) * P``; otherwise (or when it is called outside a dataflow
+   block) it is scheduled for least memory
+   (:func:`~tvm_memsched.relax.passes.shrink_workspace.shrink_func` with ``reuse="inline"``)
+   and may run in place.
 
 Each decision touches only the steps of one kernel, so they are independent, and the
 peak of live tensors plus workspace stays within ``(1 + allowance)`` of the
@@ -41,7 +46,7 @@ from tvm import relax, tirx
 from ...core.errors import MemschedError
 from ...core.simulate import footprints
 from ..graph import block_to_graph, used_after_blocks
-from ..analysis.inplace import InplaceAnalyzer
+from ..analysis.inplace import KEEP_NOALIAS, InplaceAnalyzer
 from ..ir import call_tir_op
 from .shrink_workspace import UNSHRUNK, compact, shrink_func
 from ..analysis.workspace import WorkspaceMeter, workspace_bytes
@@ -126,7 +131,11 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
         return mod, [], 0, 0
     meter = WorkspaceMeter(mod, target, "lowered" if target is not None else "tir")
     policy = shifted or "all"
-    live, peak, outside = _steps(mod, meter, InplaceAnalyzer(mod, policy) if inplace else None)
+    _live, peak, _outside = _steps(mod, meter, InplaceAnalyzer(mod, policy) if inplace else None)
+    decided = mod.clone()          # every banded kernel kept fast: out of in-place execution
+    for gv, func in banded.values():
+        decided[gv] = func.with_attr(KEEP_NOALIAS, True)
+    live, _peak, outside = _steps(decided, meter, InplaceAnalyzer(decided, policy) if inplace else None)
     budget = peak * (1 + allowance)
     new = mod.clone()
     report = []
@@ -138,12 +147,13 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
             reason = "called outside a dataflow block"
         elif worst > budget:
             reason = f"{worst:,} B at its step, over {int(budget):,} B"
-        kept = func.without_attr(UNSHRUNK)
+        kept = func.without_attr(UNSHRUNK).with_attr(KEEP_NOALIAS, True)
         mem_ws = None
         if reason:
             original = func.attrs[UNSHRUNK]
             least, steps = shrink_func(original, reuse="inline")
-            kept = least.with_attrs(dict(func.attrs)).without_attr(UNSHRUNK) if steps else kept
+            kept = least.with_attrs(dict(func.attrs)).without_attr(UNSHRUNK) if steps \
+                else func.without_attr(UNSHRUNK)
             mem_ws = workspace_bytes(compact(least)) if steps else None
         new[gv] = kept
         report.append(KernelChoice(name, ws, worst, not reason, reason, mem_ws))

@@ -71,6 +71,7 @@ from tvm import s_tir, tirx
 
 from ..analysis.workspace import (compact, compacted_workspace_bytes, internal_allocations, walk_stmts,
                                   workspace_bytes)
+from ..analysis.inplace import KEEP_NOALIAS
 from ..ir import per_body, strip_attrs
 
 __all__ = ["ShrinkWorkspace", "InlinePadding", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
@@ -497,7 +498,9 @@ def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memo
     per kernel instead of a run of the target's TIR pipeline). ``target`` is accepted for
     compatibility and not needed. ``mode``: ``"memory"`` inlines every stage
     (``reuse="inline"``), ``"speed"`` computes stages a reduction reads several times in
-    bands (``reuse="band"``), ``"balanced"`` does as ``"speed"`` and attaches each banded
+    bands (``reuse="band"``, each such kernel kept out of in-place execution,
+    :data:`~tvm_memsched.relax.analysis.inplace.KEEP_NOALIAS`), ``"balanced"`` does as ``"speed"`` and attaches
+    each banded
     kernel's unscheduled form (:data:`UNSHRUNK`). The report lists every kernel, largest
     remaining workspace first.
     """
@@ -531,9 +534,12 @@ def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memo
         elif new.attrs is not None and not new.attrs.same_as(func.attrs):   # a body shared with another kernel
             new = strip_attrs(new).with_attrs(dict(func.attrs)) if func.attrs is not None else strip_attrs(new)
         after = measure(new) if steps else before
-        if mode == "balanced" and (any("read several times" in step for step in steps)
-                                   or (not steps and before and _has_reused_stage(func))):
-            new = new.with_attr(UNSHRUNK, func)    # BalanceKernels may want the least-memory form instead
+        if mode != "memory" and (any("read several times" in step for step in steps)
+                                 or (not steps and before and _has_reused_stage(func))):
+            if mode == "balanced":
+                new = new.with_attr(UNSHRUNK, func)    # BalanceKernels may want the least-memory form instead
+            else:
+                new = new.with_attr(KEEP_NOALIAS, True)   # the fast kernel, not slowed by running in place
         if new is not func:
             if new_mod is mod:
                 new_mod = mod.clone()
