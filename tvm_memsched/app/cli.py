@@ -295,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kernel speed against kernel workspace: memory (default: least workspace; a convolution's "
                         "padding read through a bounds test per multiply-accumulate), speed (padding computed in "
                         "bands of rows, a little workspace), balanced (bands wherever live tensors plus workspace "
-                        "stay within 10%% of the live-tensor peak); with speed and balanced the VM build takes "
-                        "only structural in-place overlaps")
+                        "stay within 10%% of the live-tensor peak); the fast (banded) kernels run out of place, "
+                        "which keeps them noalias on the VM")
     add_verbose_argument(s)
     add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; .tflite and zoo models")
     s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
