@@ -7,7 +7,8 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from tvm_memsched import micro
-from tvm_memsched.relax.analysis.inplace import allow_aliasing, candidate_kernels, kernel_inplace_pairs
+from tvm_memsched.relax.analysis.inplace import candidate_kernels, kernel_inplace_pairs
+from tvm_memsched.relax.passes.aliasing import allow_aliasing
 from tvm_memsched.relax.testing import weight
 
 
@@ -225,12 +226,13 @@ def test_candidate_kernels_finds_residual_kernels():
     assert candidate_kernels(m)
 
 
-def test_vm_targets_take_shifts_only_on_affine_accesses():
-    """A gather through divisions (a reshape-transpose) keeps no shifted overlap where the code generator
-    may reorder loads and stores (LLVM); a window (affine rows) keeps its shift; the C target keeps both."""
+def test_analyzer_takes_every_proven_shift_except_on_kept_kernels():
+    """A gather through divisions (a reshape-transpose) and a window both keep their shifted overlaps (the
+    aliased kernels are built without noalias, test_aliased_kernels_lose_noalias_and_only_they); a kernel
+    marked KEEP_NOALIAS (a fast kernel of the speed tradeoffs) gets none."""
     from tvm.script import tirx as T
 
-    from tvm_memsched.relax.analysis.inplace import InplaceAnalyzer, kernel_inplace_shifts
+    from tvm_memsched.relax.analysis.inplace import KEEP_NOALIAS, InplaceAnalyzer, kernel_inplace_shifts
 
     @T.prim_func(s_tir=True)
     def gather(a: T.Buffer((8, 6), "float32"), b: T.Buffer((6, 8), "float32")):
@@ -251,5 +253,6 @@ def test_vm_targets_take_shifts_only_on_affine_accesses():
     wargs = [relax.Var("x", relax.TensorType((8,), "float32")), relax.Var("y", relax.TensorType((8,), "float32"))]
     assert any(s > 0 for _i, _o, s in kernel_inplace_shifts(gather, 1))
     assert any(s > 0 for _i, _o, s in InplaceAnalyzer(mod).pairs(mod.get_global_var("gather"), args, 1))
-    assert not InplaceAnalyzer(mod, shifted="affine").pairs(mod.get_global_var("gather"), args, 1)
-    assert InplaceAnalyzer(mod, shifted="affine").pairs(mod.get_global_var("window"), wargs, 1) == [(0, 1, 4)]
+    assert InplaceAnalyzer(mod).pairs(mod.get_global_var("window"), wargs, 1) == [(0, 1, 4)]
+    kept = tvm.IRModule({"window": window.with_attr(KEEP_NOALIAS, True)})
+    assert InplaceAnalyzer(kept).pairs(kept.get_global_var("window"), wargs, 1) == []

@@ -150,8 +150,6 @@ def test_fast_kernels_stay_out_of_in_place_execution():
     """The banded kernels of ``speed`` (and those ``balanced`` keeps) are marked KEEP_NOALIAS: no in-place overlap
     for them (on LLVM an aliased kernel is built without noalias); the least-memory kernels take every proven one,
     and the faster tradeoffs still plan within 10% of the least-memory build and compute the same numbers."""
-    for t in ("memory", "balanced", "speed"):
-        assert pipeline(LLVM, tradeoff=t).arena.policy() == "all"
     st = stages(LLVM)
     with LLVM:
         fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(tvm.transform.Sequential(

@@ -439,7 +439,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         pre_tvm = _tvm_call(lambda: tvm.transform.Sequential(lower + middle)(fused), "the Relax pipeline") \
             if tvms else None
     if pre_ours is not None and inplace:     # kernels that may run in place must not assume unaliased buffers
-        from ..relax.analysis.inplace import allow_aliasing, candidate_kernels
+        from ..relax.analysis.inplace import candidate_kernels
+        from ..relax.passes.aliasing import allow_aliasing
 
         pre_ours = allow_aliasing(pre_ours, candidate_kernels(pre_ours), target)
     seconds["relax"] = time.perf_counter() - t0

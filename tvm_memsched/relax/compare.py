@@ -203,15 +203,15 @@ def random_inputs(func, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def block_peaks(mod, meter, inplace: bool = False, shifted: str = "all") -> tuple[int, int, list]:
+def block_peaks(mod, meter, inplace: bool = False) -> tuple[int, int, list]:
     """Largest program-order peak over the Relax functions' blocks: (without, with workspace, graphs).
 
-    ``inplace``: count kernel outputs that may take over a dying input (as our planner does, with its
-    ``shifted`` policy, :class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`).
+    ``inplace``: count kernel outputs that may take over a dying input (as our planner does,
+    :class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`).
     """
     from .analysis.inplace import InplaceAnalyzer
 
-    analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
+    analyzer = InplaceAnalyzer(mod) if inplace else None
     total = total_ws = 0
     graphs = []
     for gv, func in mod.functions_items():
@@ -364,9 +364,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         d_plannable = plannable_live_peak(d_pre)
         d_storages = collect_plans(d_planned_mod)
         m_meter = WorkspaceMeter(m_lowered, target, ws_mode) if (kernel_passes or m_base is not fused) else meter
-        m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter, inplace=arena.inplace,
-                                                  shifted=arena.policy())
-        m_plannable = plannable_live_peak(m_pre, inplace=arena.inplace, shifted=arena.policy())
+        m_live, m_live_ws, m_graphs = block_peaks(m_lowered, m_meter, inplace=arena.inplace)
+        m_plannable = plannable_live_peak(m_pre, inplace=arena.inplace)
         m_storages = collect_plans(m_planned_mod)
         no_inplace = None
         if arena.inplace:              # the same order planned without in-place, for the report

@@ -156,7 +156,7 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     ``allowance`` (10%) of the memory variant's (:class:`~tvm_memsched.relax.passes.balance_kernels.BalanceKernels`,
     after the reorder). Every tradeoff takes every in-place overlap the kernels' loop order proves (on
     LLVM the aliased kernels are compiled apart without ``noalias``,
-    :func:`~tvm_memsched.relax.analysis.inplace.allow_aliasing`).
+    :func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`).
     Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,

@@ -44,21 +44,21 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tvm import relax, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.s_tir import SBlock
 
 from .access_bounds import access_spans, span_shift
 from .workspace import walk_stmts
 
-__all__ = ["kernel_inplace_pairs", "kernel_inplace_shifts", "InplaceAnalyzer", "allow_aliasing", "candidate_kernels",
-           "NOALIAS", "KEEP_NOALIAS", "PER_KERNEL_NOALIAS", "SHIFTED", "noalias_per_kernel", "compile_apart"]
+__all__ = ["kernel_inplace_pairs", "kernel_inplace_shifts", "InplaceAnalyzer", "candidate_kernels", "NOALIAS",
+           "KEEP_NOALIAS"]
 
 #: the PrimFunc attribute that lets code generators assume kernel buffers never alias (C ``restrict``)
 NOALIAS = "tirx.noalias"
 #: PrimFunc attribute (``True``) of a kernel that must not run in place: the faster kernels of the ``speed`` and
 #: ``balanced`` tradeoffs (:mod:`~tvm_memsched.relax.passes.balance_kernels`), which an overlap would make the
-#: LLVM build compile without ``noalias`` (:func:`allow_aliasing`; measured: MobileViT-xxs 219 ms with its
-#: banded kernels in place, 144 ms without)
+#: LLVM build compile without ``noalias`` (:func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`; measured,
+#: MobileViT-xxs balanced, NHWC, 30 runs: 219 ms with its banded kernels in place, 154 ms with them out of place,
+#: TVM's default build 225 ms in the same run)
 KEEP_NOALIAS = "tvm_memsched.keep_noalias"
 
 
@@ -332,19 +332,16 @@ def _shifts_over(func, n_inputs: int, exact: set) -> list[tuple[int, int, int]]:
 #: access bounds per kernel body (structural hash), shared by every pass of a compile
 _SPANS: dict = {}
 _SPANS_LIMIT = 4096
-#: (structural pairs, kernel_inplace_shifts) per (kernel body, inputs, same-shape pairs), likewise
+#: kernel_inplace_shifts per (kernel body, inputs, same-shape pairs), likewise
 _SHIFTS: dict = {}
 
 
-def _shifts_cached(func, n_in: int, same: tuple) -> tuple[frozenset, list, frozenset]:
-    """``(kernel_inplace_pairs, kernel_inplace_shifts, affinely indexed parameters)`` with ``same_shape``
-    given as the pairs that match, once per kernel body (the parameters only where a shift is not 0)."""
+def _shifts_cached(func, n_in: int, same: tuple) -> list:
+    """:func:`kernel_inplace_shifts` with ``same_shape`` given as the pairs that match, once per kernel body."""
     from ..ir import per_body
 
     def analyse(_stripped):
-        exact = frozenset(kernel_inplace_pairs(func, n_in, lambda i, o: (i, o) in same))
-        shifts = _shifts_over(func, n_in, exact)
-        return exact, shifts, (_affine_params(func) if any(p[2] for p in shifts) else frozenset())
+        return _shifts_over(func, n_in, set(kernel_inplace_pairs(func, n_in, lambda i, o: (i, o) in same)))
 
     return per_body(_SHIFTS, func, (n_in, same), analyse, _SPANS_LIMIT)
 
@@ -364,86 +361,19 @@ def _same_type(a, b) -> bool:
         and _same(ta.shape, tb.shape)
 
 
-#: target kinds whose code generator honours :data:`NOALIAS` per kernel (C: ``restrict``). TVM 0.27's LLVM code
-#: generator does not: it applies the attribute of the module's last kernel to every kernel (each body moved into
-#: a ``<name>_compute_`` function whose pointers are all ``noalias``, or none of them; read off the LLVM IR of
-#: two-kernel modules). A shifted overlap, correct in loop order, computed other values once LLVM reordered
-#: loads and stores (MobileViT-xxs's reshape-transpose 52,736 B below its input; a copy-first convolution whose
-#: input copy LLVM forwarded), so on other targets :func:`allow_aliasing` compiles the aliased kernels apart.
-PER_KERNEL_NOALIAS = frozenset({"c"})
-#: the in-place policies of :class:`InplaceAnalyzer`
-SHIFTED = ("all", "affine", "exact")
-
-
-def noalias_per_kernel(target=None) -> bool:
-    """Whether ``target`` (or the current one) honours :data:`NOALIAS` kernel by kernel
-    (:data:`PER_KERNEL_NOALIAS`); without a target, False (the safe answer).
-
-    >>> noalias_per_kernel({"kind": "c"}), noalias_per_kernel("llvm")
-    (True, False)
-    """
-    if target is None:
-        target = tvm.target.Target.current(allow_none=True)
-    elif not isinstance(target, tvm.target.Target):
-        target = tvm.target.Target(target)
-    return target is not None and target.kind.name in PER_KERNEL_NOALIAS
-
-
-def _has_division(expr) -> bool:
-    """Whether ``expr`` contains a division or remainder."""
-    kinds = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, kinds):
-            return True
-        for name in ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride"):
-            child = getattr(e, name, None)
-            if isinstance(child, tvm.ir.expr.Expr):
-                stack.append(child)
-        for name in ("args", "indices"):
-            stack.extend(x for x in (getattr(e, name, None) or ()) if isinstance(x, tvm.ir.expr.Expr))
-    return False
-
-
-def _affine_params(func) -> frozenset:
-    """Positions of ``func``'s parameters whose every block region is indexed without division or
-    remainder (``floordiv``, ``floormod``, ``div``, ``mod``) of the loop variables (one walk of the body)."""
-    params = list(func.params)
-    seen, bad = set(), set()
-
-    def visit(stmt):
-        if isinstance(stmt, SBlock):
-            for region in list(stmt.reads) + list(stmt.writes):
-                key = _buffer_key(_source(region))
-                for k, param in enumerate(params):   # TVM 0.27: regions refer to the buffer-typed parameter
-                    if key.same_as(param):
-                        seen.add(k)
-                        if k not in bad and any(_has_division(r.min) or _has_division(r.extent)
-                                                for r in region.region):
-                            bad.add(k)
-
-    walk_stmts(func.body, visit)
-    return frozenset(seen - bad)
-
-
 class InplaceAnalyzer:
     """Cached :func:`kernel_inplace_pairs` for the kernels of a module, by call site.
 
     ``pairs(gvar, args, n_outputs)`` takes a kernel call's argument list (inputs, then
     ``n_outputs`` outputs, as CallTIRRewrite passes them) and returns
     ``[(input arg index, output arg index, shift)]`` (see :func:`kernel_inplace_shifts`).
-    ``shifted`` (one of :data:`SHIFTED`): ``"all"`` (default) every overlap the loop order allows, correct
-    wherever the code generator may not assume the buffers apart (:func:`allow_aliasing`); ``"exact"`` only
-    the structural ones (same index, or the input consumed before the first write); ``"affine"`` also
-    shifted ones where both buffers are indexed affinely in the loop variables (windows, rows), leaving out
-    gathers through divisions and remainders (a reshape-transpose).
+    Every overlap the loop order allows, which is correct wherever the code generator may not assume the
+    buffers apart (:func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`); none for a kernel marked
+    :data:`KEEP_NOALIAS`.
     """
 
-    def __init__(self, mod, shifted: str = "all"):
-        if shifted not in SHIFTED:
-            raise ValueError(f"shifted must be one of {', '.join(SHIFTED)}, got {shifted!r}")
-        self.mod, self.shifted = mod, shifted
+    def __init__(self, mod):
+        self.mod = mod
         self._cache: dict = {}
 
     def pairs(self, gvar, args, n_outputs: int) -> list[tuple[int, int, int]]:
@@ -455,95 +385,22 @@ class InplaceAnalyzer:
             return []
         key = (gvar.name_hint, len(args) - n_outputs, tuple((str(a.ty) if hasattr(a, "ty") else "") for a in args))
         if key not in self._cache:
-            exact, pairs, affine = _call_site(func, args, n_outputs)
-            if self.shifted == "exact":
-                pairs = [p for p in pairs if (p[0], p[1]) in exact]
-            elif self.shifted == "affine":
-                pairs = [p for p in pairs if p[2] == 0 or (p[0] in affine and p[1] in affine)]
-            self._cache[key] = pairs
+            self._cache[key] = _call_site(func, args, n_outputs)
         return self._cache[key]
 
     @staticmethod
     def func_pairs(func, args, n_outputs: int) -> list[tuple[int, int, int]]:
-        """:meth:`pairs` (every overlap) for a kernel ``func`` that is not (or not yet) in the module, at a call
-        with ``args``."""
-        return _call_site(func, args, n_outputs)[1]
+        """:meth:`pairs` for a kernel ``func`` that is not (or not yet) in the module, at a call with ``args``."""
+        return _call_site(func, args, n_outputs)
 
 
-def _call_site(func, args, n_outputs: int) -> tuple[frozenset, list, frozenset]:
-    """``(structural pairs, shifts, affinely indexed parameters)`` of kernel ``func`` called with ``args``
-    (:func:`_shifts_cached`)."""
+def _call_site(func, args, n_outputs: int) -> list:
+    """The shifts of kernel ``func`` called with ``args`` (:func:`_shifts_cached`)."""
     if len(func.params) != len(args):
-        return frozenset(), [], frozenset()
+        return []
     n_in = len(args) - n_outputs
     same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
     return _shifts_cached(func, n_in, same)
-
-
-def allow_aliasing(mod, kernels, target=None) -> "tvm.IRModule":
-    """``mod`` with :data:`NOALIAS` turned off on the named kernels (those whose buffers may now share memory).
-
-    Code generators may otherwise reorder loads and stores across buffers they are told never alias. On a
-    ``target`` (default: the current one) whose code generator does not honour the attribute kernel by kernel
-    (:data:`PER_KERNEL_NOALIAS`; LLVM) the named kernels are compiled apart (:func:`compile_apart`), so the
-    others keep ``noalias``.
-
-    >>> from tvm.script import tirx as T
-    >>> @T.prim_func(s_tir=True)
-    ... def k(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
-    ...     T.func_attr({"tirx.noalias": True})
-    ...     for i in range(4):
-    ...         b[i] = a[i]
-    >>> mod = tvm.IRModule({"k": k, "other": k})
-    >>> [bool(allow_aliasing(mod, {"k"}, {"kind": "c"})[n].attrs[NOALIAS]) for n in ("k", "other")]
-    [False, True]
-    """
-    kernels = set(kernels)
-    if not kernels:
-        return mod
-    if not noalias_per_kernel(target):
-        return compile_apart(mod, kernels, target)
-    new = mod.clone()
-    for gv, f in mod.functions_items():
-        if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc):
-            new[gv] = f.with_attr(NOALIAS, False)
-    return new
-
-
-def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
-    """``mod`` with the named kernels built now, by TVM's TIR pipeline and code generator for ``target`` (default:
-    the current one, else LLVM) in a module of their own with :data:`NOALIAS` off, attached as an external
-    module (``external_mods``, which the VM build links) and called by name; the other kernels stay in ``mod``
-    and keep ``noalias``. For code generators that apply one module-wide ``noalias`` (see
-    :data:`PER_KERNEL_NOALIAS`).
-    """
-    if target is None:
-        target = tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
-    elif not isinstance(target, tvm.target.Target):
-        target = tvm.target.Target(target)
-    apart = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
-    if not apart:
-        return mod
-    kmod = tvm.IRModule({gv.name_hint: f.with_attr(NOALIAS, False).with_attr("global_symbol", gv.name_hint)
-                         for gv, f in apart.items()})
-    lib = tvm.tirx.build(kmod, target=target)
-    new = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in apart}, attrs=mod.attrs,
-                       global_infos=mod.global_infos)
-
-    @mutator
-    class _Extern(PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if isinstance(call.op, tvm.ir.GlobalVar) and call.op in apart:
-                return relax.Call(relax.ExternFunc(call.op.name_hint), call.args, call.attrs, call.ty_args,
-                                  call.span)
-            return call
-
-    for gv, func in list(new.functions_items()):
-        if isinstance(func, relax.Function):
-            new[gv] = _Extern().visit_expr(func)
-    attrs = dict(new.attrs) if new.attrs is not None else {}
-    return new.with_attr("external_mods", list(attrs.get("external_mods", [])) + [lib])
 
 
 def candidate_kernels(mod, function: str = "main") -> set:

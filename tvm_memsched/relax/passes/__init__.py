@@ -1,6 +1,7 @@
 """The memory passes on Relax modules, one module per pass (the public names are in :mod:`tvm_memsched.transform`).
 
-* :mod:`.reorder` (``MemoryAwareReorder``), :mod:`.arena` (``ArenaPlanMemory``'s planner);
+* :mod:`.reorder` (``MemoryAwareReorder``), :mod:`.arena` (``ArenaPlanMemory``'s planner), :mod:`.aliasing`
+  (the aliased kernels lose ``noalias``, on LLVM built apart);
 * :mod:`.shrink_workspace`, :mod:`.balance_kernels`, :mod:`.inline_producers` - kernel workspace and speed;
 * :mod:`.shrink_constants`, :mod:`.layout`, :mod:`.tiling`, :mod:`.float_kernels`;
 * :mod:`.transform` - the ``tvm.transform`` pass classes.

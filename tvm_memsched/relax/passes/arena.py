@@ -371,19 +371,19 @@ def _taken_kernels(st: _Seq, placed: dict) -> list:
 
 
 def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                workspace=None, io: bool = False, inplace: bool = False, shifted="all", target=None):
+                workspace=None, io: bool = False, inplace: bool = False, target=None):
     """Plan every Relax function of ``mod``; unplannable ones go to TVM's StaticPlanBlockMemory.
 
     ``workspace``, ``io``: see :func:`plan_function`; ``inplace``: let kernel outputs take over
-    dying inputs where the kernels' TIR allows it (``shifted``: which overlaps, see
-    :class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`); the kernels that alias lose ``tirx.noalias``
+    dying inputs where the kernels' TIR allows it
+    (:class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`); the kernels that alias lose ``tirx.noalias``
     (on a ``target``, default the current one, whose code generator does not honour it per kernel they are
-    compiled apart, :func:`~tvm_memsched.relax.analysis.inplace.allow_aliasing`). Returns ``(new module,
+    compiled apart, :func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`). Returns ``(new module,
     [FunctionPlan])``.
     """
     from ..analysis.inplace import InplaceAnalyzer
 
-    analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
+    analyzer = InplaceAnalyzer(mod) if inplace else None
     new_mod = mod.clone()
     reports = []
     fallback = False
@@ -401,7 +401,7 @@ def plan_module(mod, *, alignment: int = 64, exact: bool = True, time_limit: flo
         new_mod[gv] = new_func
         reports.append(fp)
     if analyzer is not None:
-        from ..analysis.inplace import allow_aliasing
+        from .aliasing import allow_aliasing
 
         new_mod = allow_aliasing(new_mod, {k for r in reports for k in r.inplace_kernels}, target)
     if fallback:
@@ -436,18 +436,18 @@ def collect_plans(mod) -> dict:
     return out
 
 
-def plannable_live_peak(mod, alignment: int = 1, inplace: bool = False, shifted: str = "all") -> int:
+def plannable_live_peak(mod, alignment: int = 1, inplace: bool = False) -> int:
     """Sum over Relax functions of the live peak of the tensors a planner places.
 
     ``mod`` must be at the planner's input (after ``CallTIRRewrite``). This is the
     smallest storage any planner can reach for the given binding order (function
     outputs and dynamic allocations excluded), used to judge planners. ``inplace``: with
-    the in-place overlaps kernels allow (``shifted``: which, see :func:`plan_module`).
+    the in-place overlaps kernels allow.
     """
     from ...core.arena import live_peak
     from ..analysis.inplace import InplaceAnalyzer
 
-    analyzer = InplaceAnalyzer(mod, shifted) if inplace else None
+    analyzer = InplaceAnalyzer(mod) if inplace else None
 
     total = 0
     for _, func in mod.functions_items():
@@ -483,17 +483,15 @@ class ArenaPlanMemory:
         Target for measuring workspace (default: the current target).
     inplace : bool
         Let a kernel output share memory with a kernel input that dies at the call
-        when the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.analysis.inplace`).
-    shifted : {None, "all", "affine", "exact"}
-        Which overlaps (:class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`); default ``"all"``. The
-        kernels that alias lose ``tirx.noalias`` (on targets whose code generator does not honour it per
-        kernel, LLVM, they are compiled apart: :func:`~tvm_memsched.relax.analysis.inplace.allow_aliasing`).
+        when the kernel's TIR proves it safe (:mod:`tvm_memsched.relax.analysis.inplace`). The kernels that
+        alias lose ``tirx.noalias`` (on targets whose code generator does not honour it per kernel, LLVM,
+        they are compiled apart: :func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`).
     """
 
     def __init__(self, alignment: int = 64, exact: bool = True, time_limit: float | None = 2.0,
-                 workspace: str | None = None, target=None, inplace: bool = True, shifted=None):
+                 workspace: str | None = None, target=None, inplace: bool = True):
         self.alignment, self.exact, self.time_limit = alignment, exact, time_limit
-        self.workspace, self.target, self.inplace, self.shifted = workspace, target, inplace, shifted
+        self.workspace, self.target, self.inplace = workspace, target, inplace
         self.report = []
 
     def transform_module(self, mod, ctx):
@@ -503,9 +501,5 @@ class ArenaPlanMemory:
             meter = WorkspaceMeter(mod, target, self.workspace)
         new_mod, self.report = plan_module(mod, alignment=self.alignment, exact=self.exact,
                                            time_limit=self.time_limit, workspace=meter, inplace=self.inplace,
-                                           shifted=self.policy(), target=self.target)
+                                           target=self.target)
         return new_mod
-
-    def policy(self) -> str:
-        """The in-place policy this pass plans with (``shifted``, else ``"all"``)."""
-        return self.shifted or "all"

@@ -45,11 +45,11 @@ from tvm import relax, tirx
 
 from ...core.errors import MemschedError
 from ...core.simulate import footprints
-from ..graph import block_to_graph, used_after_blocks
 from ..analysis.inplace import KEEP_NOALIAS, InplaceAnalyzer
+from ..analysis.workspace import WorkspaceMeter, compacted_workspace_bytes
+from ..graph import block_to_graph, used_after_blocks
 from ..ir import call_tir_op
-from .shrink_workspace import UNSHRUNK, compact, shrink_func
-from ..analysis.workspace import WorkspaceMeter, workspace_bytes
+from .shrink_workspace import UNSHRUNK, shrink_func
 
 __all__ = ["BalanceKernels", "KernelChoice", "balance_kernels"]
 
@@ -100,7 +100,7 @@ def _steps(mod, meter, analyzer):
     return live, peak, outside
 
 
-def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True, shifted: str | None = None):
+def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True):
     """Schedule for least memory the banded kernels whose workspace would raise the peak (module docstring).
 
     Parameters
@@ -115,9 +115,6 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
         10%; ``float("inf")`` keeps every band.
     inplace : bool
         Count the in-place overlaps the planner takes (as ``ArenaPlanMemory(inplace=True)``).
-    shifted : str, optional
-        Which overlaps the planner takes (:class:`~tvm_memsched.relax.analysis.inplace.InplaceAnalyzer`; default
-        ``"all"``).
 
     Returns ``(module, [KernelChoice], peak, budget)``.
     """
@@ -130,12 +127,11 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
     if not banded:
         return mod, [], 0, 0
     meter = WorkspaceMeter(mod, target, "lowered" if target is not None else "tir")
-    policy = shifted or "all"
-    _live, peak, _outside = _steps(mod, meter, InplaceAnalyzer(mod, policy) if inplace else None)
+    _live, peak, _outside = _steps(mod, meter, InplaceAnalyzer(mod) if inplace else None)
     decided = mod.clone()          # every banded kernel kept fast: out of in-place execution
     for gv, func in banded.values():
         decided[gv] = func.with_attr(KEEP_NOALIAS, True)
-    live, _peak, outside = _steps(decided, meter, InplaceAnalyzer(decided, policy) if inplace else None)
+    live, _peak, outside = _steps(decided, meter, InplaceAnalyzer(decided) if inplace else None)
     budget = peak * (1 + allowance)
     new = mod.clone()
     report = []
@@ -154,7 +150,7 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
             least, steps = shrink_func(original, reuse="inline")
             kept = least.with_attrs(dict(func.attrs)).without_attr(UNSHRUNK) if steps \
                 else func.without_attr(UNSHRUNK)
-            mem_ws = workspace_bytes(compact(least)) if steps else None
+            mem_ws = compacted_workspace_bytes(least) if steps else None
         new[gv] = kept
         report.append(KernelChoice(name, ws, worst, not reason, reason, mem_ws))
     return new, report, peak, budget
@@ -173,23 +169,21 @@ class BalanceKernels:
         Target whose TIR pipeline measures workspace (default: the current target).
     inplace : bool
         Count in-place overlaps as the arena planner takes them (default True).
-    shifted : str, optional
-        The planner's in-place policy (see :func:`balance_kernels`).
 
     After the pass has run, ``report`` lists a :class:`KernelChoice` per banded kernel, ``peak`` the
     live-tensor peak and ``budget`` the limit applied.
     """
 
-    def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True, shifted: str | None = None):
+    def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True):
         if allowance < 0:
             raise ValueError(f"allowance must be >= 0, got {allowance}")
-        self.allowance, self.target, self.inplace, self.shifted = allowance, target, inplace, shifted
+        self.allowance, self.target, self.inplace = allowance, target, inplace
         self.report: list[KernelChoice] = []
         self.peak = self.budget = 0
 
     def transform_module(self, mod, ctx):
         new, self.report, self.peak, self.budget = balance_kernels(mod, self.target, self.allowance,
-                                                                   self.inplace, self.shifted)
+                                                                   self.inplace)
         return new
 
     @property

@@ -48,9 +48,9 @@ import tvm
 import tvm_ffi
 from tvm import relax, tirx
 
+from ..analysis.workspace import compacted_workspace_bytes, walk_stmts
 from ..ir import static_nbytes, var_occurrences
-from .shrink_workspace import compact, shrink_func
-from ..analysis.workspace import walk_stmts, workspace_bytes
+from .shrink_workspace import shrink_func
 
 __all__ = ["InlineProducers", "inline_producers"]
 
@@ -180,7 +180,7 @@ def _group_function(block, consumer: int, producers: list):
 def _inlined(func) -> tuple:
     """(func with its non-reduction internal stages inlined, its workspace bytes after compaction)."""
     g, _ = shrink_func(func, epilogues=False)
-    return g, workspace_bytes(compact(g))
+    return g, compacted_workspace_bytes(g)
 
 
 def _merge_once(mod, function: str, exclude: list):

@@ -127,7 +127,7 @@ def reorder_function(func, name: str, *, method: str = "auto", time_limit: float
 
 def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None,
                    workspace: str | None = "lowered", target=None, progress=None, workspace_shared: bool = False,
-                   inplace: bool = False, shifted: str | None = None, **options):
+                   inplace: bool = False, **options):
     """Reorder every DataflowBlock of every Relax function of ``mod``.
 
     ``workspace``: how ``call_tir`` kernels' internal allocations are measured
@@ -140,13 +140,12 @@ def reorder_module(mod, *, method: str = "auto", time_limit: float | None = None
     VM, whose workspace comes from a separate pool) the tensor peak is minimised
     first and the peak with workspace breaks ties. ``inplace``: kernels whose TIR lets an
     output overwrite a dying input (:mod:`tvm_memsched.relax.analysis.inplace`) declare it, so the
-    schedule decides which inputs die where (as the arena planner will use it; ``shifted``: which
-    overlaps, default ``"all"``, as the planner).
+    schedule decides which inputs die where (as the arena planner will use it).
     Returns ``(new module, [BlockReport])``.
     """
     from ..analysis.inplace import InplaceAnalyzer
 
-    analyzer = InplaceAnalyzer(mod, shifted or "all") if inplace else None
+    analyzer = InplaceAnalyzer(mod) if inplace else None
     if method in _DETERMINISTIC_BY_DEFAULT and "deterministic" not in options:
         options["deterministic"] = True  # a compiler pass must give the same order under any load
     if target is None:

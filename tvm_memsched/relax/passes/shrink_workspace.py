@@ -419,8 +419,8 @@ def shrink_func(func, epilogues: bool = True, measure=None, reuse: str = "inline
         docstring); False only inlines (what ``InlinePadding`` did).
     measure : callable, optional
         ``measure(func) -> bytes`` of workspace; the new function is kept only if
-        it is smaller (default: :func:`compact` then
-        :func:`~tvm_memsched.relax.analysis.workspace.workspace_bytes`).
+        it is smaller (default:
+        :func:`~tvm_memsched.relax.analysis.workspace.compacted_workspace_bytes`).
     reuse : {"inline", "band"}
         What to do with a stage that a reduction reads several times per element (a
         convolution's padding): ``"inline"`` (least memory: index arithmetic and a bounds test
@@ -431,7 +431,7 @@ def shrink_func(func, epilogues: bool = True, measure=None, reuse: str = "inline
     """
     if reuse not in REUSE:
         raise ValueError(f"reuse must be one of {', '.join(REUSE)}, got {reuse!r}")
-    measure = measure or (lambda f: workspace_bytes(compact(f)))
+    measure = measure or compacted_workspace_bytes
     try:
         sch = s_tir.Schedule(func)
         sch.get_sblock("root")
@@ -509,31 +509,20 @@ def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memo
     report = []
     new_mod = mod
 
-    measured: list = []                  # (function, bytes): each function measured once
-
-    def measure(f):
-        for g, n in measured:
-            if g.same_as(f):
-                return n
-        n = compacted_workspace_bytes(f)
-        measured.append((f, n))
-        return n
-
     reuse = "inline" if mode == "memory" else "band"
     bodies: dict = {}
     for gv, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc):
             continue
         name = gv.name_hint
-        del measured[:]
-        before = measure(func)
-        new, steps = per_body(bodies, func, None, lambda _s: shrink_func(func, epilogues, measure, reuse)) \
+        before = compacted_workspace_bytes(func)
+        new, steps = per_body(bodies, func, None, lambda _s: shrink_func(func, epilogues, reuse=reuse)) \
             if before else (func, [])
         if not steps:
             new = func
         elif new.attrs is not None and not new.attrs.same_as(func.attrs):   # a body shared with another kernel
             new = strip_attrs(new).with_attrs(dict(func.attrs)) if func.attrs is not None else strip_attrs(new)
-        after = measure(new) if steps else before
+        after = compacted_workspace_bytes(new) if steps else before
         if mode != "memory" and (any("read several times" in step for step in steps)
                                  or (not steps and before and _has_reused_stage(func))):
             if mode == "balanced":

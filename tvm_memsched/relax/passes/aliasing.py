@@ -1,0 +1,108 @@
+"""In-place calls made safe for the code generator: the kernels whose buffers the arena plan lets overlap lose
+``tirx.noalias``.
+
+The C code generator honours the attribute kernel by kernel (``restrict``), so the aliased kernels just turn it
+off. TVM 0.27's LLVM code generator does not (:data:`PER_KERNEL_NOALIAS`): there the aliased kernels are built now,
+in a module of their own without ``noalias``, and linked as an external module (:func:`compile_apart`), so every
+other kernel keeps it.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..analysis.inplace import NOALIAS
+
+__all__ = ["allow_aliasing", "compile_apart", "noalias_per_kernel", "PER_KERNEL_NOALIAS"]
+
+#: target kinds whose code generator honours :data:`NOALIAS` per kernel (C: ``restrict``). TVM 0.27's LLVM code
+#: generator does not: it applies the attribute of the module's last kernel to every kernel (each body moved into
+#: a ``<name>_compute_`` function whose pointers are all ``noalias``, or none of them; read off the LLVM IR of
+#: two-kernel modules), and with it on, each buffer's accesses get a TBAA tag of their own, so even one pointer
+#: shared by both buffers of a pair is miscompiled. A shifted overlap, correct in loop order, computed other
+#: values once LLVM reordered loads and stores (MobileViT-xxs's reshape-transpose 52,736 B below its input; a
+#: copy-first convolution whose input copy LLVM forwarded), so on other targets :func:`allow_aliasing` compiles
+#: the aliased kernels apart.
+PER_KERNEL_NOALIAS = frozenset({"c"})
+
+
+def noalias_per_kernel(target=None) -> bool:
+    """Whether ``target`` (or the current one) honours :data:`NOALIAS` kernel by kernel
+    (:data:`PER_KERNEL_NOALIAS`); without a target, False (the safe answer).
+
+    >>> noalias_per_kernel({"kind": "c"}), noalias_per_kernel("llvm")
+    (True, False)
+    """
+    if target is None:
+        target = tvm.target.Target.current(allow_none=True)
+    elif not isinstance(target, tvm.target.Target):
+        target = tvm.target.Target(target)
+    return target is not None and target.kind.name in PER_KERNEL_NOALIAS
+
+
+def allow_aliasing(mod, kernels, target=None) -> "tvm.IRModule":
+    """``mod`` with :data:`NOALIAS` turned off on the named kernels (those whose buffers may now share memory).
+
+    Code generators may otherwise reorder loads and stores across buffers they are told never alias. On a
+    ``target`` (default: the current one) whose code generator does not honour the attribute kernel by kernel
+    (:data:`PER_KERNEL_NOALIAS`; LLVM) the named kernels are compiled apart (:func:`compile_apart`), so the
+    others keep ``noalias``.
+
+    >>> from tvm.script import tirx as T
+    >>> @T.prim_func(s_tir=True)
+    ... def k(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+    ...     T.func_attr({"tirx.noalias": True})
+    ...     for i in range(4):
+    ...         b[i] = a[i]
+    >>> mod = tvm.IRModule({"k": k, "other": k})
+    >>> [bool(allow_aliasing(mod, {"k"}, {"kind": "c"})[n].attrs[NOALIAS]) for n in ("k", "other")]
+    [False, True]
+    """
+    kernels = set(kernels)
+    if not kernels:
+        return mod
+    if not noalias_per_kernel(target):
+        return compile_apart(mod, kernels, target)
+    new = mod.clone()
+    for gv, f in mod.functions_items():
+        if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc):
+            new[gv] = f.with_attr(NOALIAS, False)
+    return new
+
+
+def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
+    """``mod`` with the named kernels built now, by TVM's TIR pipeline and code generator for ``target`` (default:
+    the current one, else LLVM) in a module of their own with :data:`NOALIAS` off, attached as an external
+    module (``external_mods``, which the VM build links) and called by name; the other kernels stay in ``mod``
+    and keep ``noalias``. For code generators that apply one module-wide ``noalias`` (see
+    :data:`PER_KERNEL_NOALIAS`).
+    """
+    if target is None:
+        target = tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
+    elif not isinstance(target, tvm.target.Target):
+        target = tvm.target.Target(target)
+    apart = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
+    if not apart:
+        return mod
+    kmod = tvm.IRModule({gv.name_hint: f.with_attr(NOALIAS, False).with_attr("global_symbol", gv.name_hint)
+                         for gv, f in apart.items()})
+    lib = tvm.tirx.build(kmod, target=target)
+    new = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in apart}, attrs=mod.attrs,
+                       global_infos=mod.global_infos)
+
+    @mutator
+    class _Extern(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if isinstance(call.op, tvm.ir.GlobalVar) and call.op in apart:
+                return relax.Call(relax.ExternFunc(call.op.name_hint), call.args, call.attrs, call.ty_args,
+                                  call.span)
+            return call
+
+    for gv, func in list(new.functions_items()):
+        if isinstance(func, relax.Function):
+            new[gv] = _Extern().visit_expr(func)
+    attrs = dict(new.attrs) if new.attrs is not None else {}
+    return new.with_attr("external_mods", list(attrs.get("external_mods", [])) + [lib])
