@@ -91,8 +91,8 @@ def test_balance_keeps_bands_within_the_allowance_and_least_memory_beyond_it():
               if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and sw.UNSHRUNK in f.attrs]
     assert banded
     with LLVM:
-        fast, r_fast, peak, _ = balance_kernels(mod, LLVM, allowance=float("inf"))
-        tight, r_tight, peak2, budget = balance_kernels(mod, LLVM, allowance=0.0)
+        fast, r_fast, peak, _ = balance_kernels(mod, LLVM, allowance=float("inf"), measure=False)
+        tight, r_tight, peak2, budget = balance_kernels(mod, LLVM, allowance=0.0, measure=False)
     assert peak == peak2 > 0 and budget == peak
     assert all(c.fast for c in r_fast) and sorted(c.kernel for c in r_fast) == sorted(banded)
     for c in r_tight:                                  # allowance 0: a band is kept only where it adds nothing
@@ -105,6 +105,23 @@ def test_balance_keeps_bands_within_the_allowance_and_least_memory_beyond_it():
                        for _gv, f in m.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
     for c in r_tight:                                  # fast kernels stay out of in-place execution, the others not
         assert bool(tight[c.kernel].attrs.get(KEEP_NOALIAS, False)) == c.fast
+
+
+def test_balance_keeps_bands_only_where_they_are_measured_faster():
+    mod = banded_module()
+    with LLVM:
+        new, report, _peak, _ = balance_kernels(mod, LLVM, allowance=float("inf"), min_gain=0.03)
+    assert report and all(c.seconds is not None and c.memory_seconds is not None for c in report)
+    for c in report:
+        assert c.fast == (c.seconds <= 0.97 * c.memory_seconds)
+        assert c.fast or "not faster here" in c.reason
+        assert bool(new[c.kernel].attrs.get(KEEP_NOALIAS, False)) == c.fast
+    with LLVM:       # the times are cached per body: a second run decides the same
+        _new, again, _peak, _ = balance_kernels(mod, LLVM, allowance=float("inf"), min_gain=0.03)
+    assert [(c.kernel, c.fast, c.seconds) for c in again] == [(c.kernel, c.fast, c.seconds) for c in report]
+    with tvm.target.Target("c"):  # code that does not run here is not timed: memory decides alone
+        _new, untimed, _peak, _ = balance_kernels(mod, tvm.target.Target("c"), allowance=float("inf"))
+    assert all(c.fast and c.seconds is None for c in untimed)
 
 
 @pytest.mark.parametrize("tradeoff", ["memory", "balanced", "speed"])

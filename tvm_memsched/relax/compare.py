@@ -165,9 +165,13 @@ class Comparison:
             line = (f"  kernels (tradeoff {self.tradeoff}): {len(fast)} of {len(self.kernel_choices)} convolutions "
                     f"pad in bands (largest workspace {max([c['workspace_bytes'] for c in fast] or [0]):,} B, "
                     "within 10% of the live peak)")
-            if least:
-                line += "; least memory: " + ", ".join(f"{c['kernel']} ({c['reason']})" for c in least[:3]) \
-                    + (f" and {len(least) - 3} more" if len(least) > 3 else "")
+            slower = [c for c in least if c["reason"].startswith("not faster")]
+            over = [c for c in least if c not in slower]
+            if slower:
+                line += f"; {len(slower)} timed no faster in bands here, so least memory"
+            if over:
+                line += "; least memory: " + ", ".join(f"{c['kernel']} ({c['reason']})" for c in over[:3]) \
+                    + (f" and {len(over) - 3} more" if len(over) > 3 else "")
             lines.append(line)
         elif self.tradeoff != "balanced":
             lines.append(f"  kernels (tradeoff {self.tradeoff})")

@@ -21,7 +21,13 @@ order is known (run after ``MemoryAwareReorder``):
    ``(1 + allowance) * P``; otherwise (or when it is called outside a dataflow
    block) it is scheduled for least memory
    (:func:`~tvm_memsched.relax.passes.shrink_workspace.shrink_func` with ``reuse="inline"``)
-   and may run in place.
+   and may run in place;
+3. a kernel that fits is timed both ways on this machine
+   (:func:`~tvm_memsched.relax.analysis.kernel_timing.kernel_seconds`, when the target's
+   code runs here, and when it has at least ``min_work`` multiply-accumulates) and
+   keeps its bands only when they are at least ``min_gain`` (3%) faster: bands are
+   not faster everywhere (most of HRNet-W18-small's convolutions run 2-15% faster
+   reading through the bounds test).
 
 Each decision touches only the steps of one kernel, so they are independent, and the
 peak of live tensors plus workspace stays within ``(1 + allowance)`` of the
@@ -46,12 +52,18 @@ from tvm import relax, tirx
 from ...core.errors import MemschedError
 from ...core.simulate import footprints
 from ..analysis.inplace import KEEP_NOALIAS, InplaceAnalyzer
+from ..analysis.kernel_timing import kernel_seconds, kernel_work
 from ..analysis.workspace import WorkspaceMeter, compacted_workspace_bytes
 from ..graph import block_to_graph, used_after_blocks
 from ..ir import call_tir_op
 from .shrink_workspace import UNSHRUNK, shrink_func
 
-__all__ = ["BalanceKernels", "KernelChoice", "balance_kernels"]
+__all__ = ["BalanceKernels", "KernelChoice", "balance_kernels", "MIN_WORK"]
+
+#: kernels with fewer multiply-accumulates than this keep their bands untimed: they run in well under 10 ms,
+#: so what a wrong choice costs is below the machine's timing noise and timing them would cost more compile
+#: time than it could win run time (the zoo's models: every kernel below it)
+MIN_WORK = 1 << 23
 
 
 @dataclass
@@ -64,6 +76,8 @@ class KernelChoice:
     fast: bool                    # True: the bands stay; False: scheduled for least memory
     reason: str = ""              # why not
     memory_workspace_bytes: int | None = None   # the least-memory kernel's, when it was scheduled
+    seconds: float | None = None                 # the banded kernel's time per run here, when measured
+    memory_seconds: float | None = None          # the least-memory kernel's, when measured
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,7 +114,8 @@ def _steps(mod, meter, analyzer):
     return live, peak, outside
 
 
-def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True):
+def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True, measure: bool = True,
+                    min_gain: float = 0.03, min_work: int = MIN_WORK):
     """Schedule for least memory the banded kernels whose workspace would raise the peak (module docstring).
 
     Parameters
@@ -115,6 +130,15 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
         10%; ``float("inf")`` keeps every band.
     inplace : bool
         Count the in-place overlaps the planner takes (as ``ArenaPlanMemory(inplace=True)``).
+    measure : bool
+        Time both forms of each kernel that fits (when ``target``'s code runs on this machine,
+        :func:`~tvm_memsched.relax.analysis.kernel_timing.can_time`) and keep the bands only where they
+        are faster.
+    min_gain : float
+        How much faster (a fraction of the least-memory kernel's time) the bands must be to be kept.
+    min_work : int
+        Only kernels with at least this many points in their largest block (multiply-accumulates) are
+        timed; smaller ones keep their bands untimed.
 
     Returns ``(module, [KernelChoice], peak, budget)``.
     """
@@ -133,26 +157,51 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
         decided[gv] = func.with_attr(KEEP_NOALIAS, True)
     live, _peak, outside = _steps(decided, meter, InplaceAnalyzer(decided) if inplace else None)
     budget = peak * (1 + allowance)
+    least = {}                     # name -> (least-memory kernel, its workspace), built on demand
+
+    def least_memory(name):
+        if name not in least:
+            gv, func = banded[name]
+            kernel, steps = shrink_func(func.attrs[UNSHRUNK], reuse="inline")
+            least[name] = (kernel.with_attrs(dict(func.attrs)).without_attr(UNSHRUNK),
+                           compacted_workspace_bytes(kernel)) if steps else None
+        return least[name]
+
+    reasons, worst = {}, {}
+    for name, (gv, func) in banded.items():
+        ws = meter(gv)
+        worst[name] = max((b + ws for b in live.get(name, ())), default=0)
+        if name in outside:
+            reasons[name] = "called outside a dataflow block"
+        elif worst[name] > budget:
+            reasons[name] = f"{worst[name]:,} B at its step, over {int(budget):,} B"
+    timed = {}
+    if measure:                    # the kernels that may keep their bands: are the bands faster here?
+        pairs = [(n, least_memory(n)) for n in sorted(banded)
+                 if n not in reasons and (kernel_work(banded[n][1]) or 0) >= min_work]
+        pairs = [(n, lm[0]) for n, lm in pairs if lm is not None]
+        secs = kernel_seconds([f for n, lm in pairs for f in (banded[n][1].without_attr(UNSHRUNK), lm)], target)
+        for k, (n, _lm) in enumerate(pairs):
+            t_band, t_mem = secs[2 * k], secs[2 * k + 1]
+            if t_band is None or t_mem is None:
+                continue
+            timed[n] = (t_band, t_mem)
+            if t_band > (1 - min_gain) * t_mem:
+                reasons[n] = (f"not faster here: {t_band * 1e3:.3f} ms in bands, "
+                              f"{t_mem * 1e3:.3f} ms for least memory")
     new = mod.clone()
     report = []
     for name, (gv, func) in sorted(banded.items()):
-        ws = meter(gv)
-        worst = max((b + ws for b in live.get(name, ())), default=0)
-        reason = ""
-        if name in outside:
-            reason = "called outside a dataflow block"
-        elif worst > budget:
-            reason = f"{worst:,} B at its step, over {int(budget):,} B"
+        reason = reasons.get(name, "")
         kept = func.without_attr(UNSHRUNK).with_attr(KEEP_NOALIAS, True)
         mem_ws = None
         if reason:
-            original = func.attrs[UNSHRUNK]
-            least, steps = shrink_func(original, reuse="inline")
-            kept = least.with_attrs(dict(func.attrs)).without_attr(UNSHRUNK) if steps \
-                else func.without_attr(UNSHRUNK)
-            mem_ws = compacted_workspace_bytes(least) if steps else None
+            lm = least_memory(name)
+            kept = lm[0] if lm is not None else func.without_attr(UNSHRUNK)
+            mem_ws = lm[1] if lm is not None else None
         new[gv] = kept
-        report.append(KernelChoice(name, ws, worst, not reason, reason, mem_ws))
+        t_band, t_mem = timed.get(name, (None, None))
+        report.append(KernelChoice(name, meter(gv), worst[name], not reason, reason, mem_ws, t_band, t_mem))
     return new, report, peak, budget
 
 
@@ -169,21 +218,31 @@ class BalanceKernels:
         Target whose TIR pipeline measures workspace (default: the current target).
     inplace : bool
         Count in-place overlaps as the arena planner takes them (default True).
+    measure : bool
+        Time both forms of each kernel that fits and keep the bands only where they are faster
+        (default True; only for targets whose code runs on this machine).
+    min_gain : float
+        How much faster the bands must be, as a fraction of the least-memory kernel's time (default 0.03).
+    min_work : int
+        Smallest kernel (multiply-accumulates in its largest block) that is timed (default :data:`MIN_WORK`).
 
     After the pass has run, ``report`` lists a :class:`KernelChoice` per banded kernel, ``peak`` the
     live-tensor peak and ``budget`` the limit applied.
     """
 
-    def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True):
+    def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True, measure: bool = True,
+                 min_gain: float = 0.03, min_work: int = MIN_WORK):
         if allowance < 0:
             raise ValueError(f"allowance must be >= 0, got {allowance}")
         self.allowance, self.target, self.inplace = allowance, target, inplace
+        self.measure, self.min_gain, self.min_work = measure, min_gain, min_work
         self.report: list[KernelChoice] = []
         self.peak = self.budget = 0
 
     def transform_module(self, mod, ctx):
         new, self.report, self.peak, self.budget = balance_kernels(mod, self.target, self.allowance,
-                                                                   self.inplace)
+                                                                   self.inplace, self.measure, self.min_gain,
+                                                                   self.min_work)
         return new
 
     @property
