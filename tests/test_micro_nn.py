@@ -585,3 +585,91 @@ def test_board_database_says_which_cores_take_the_dsp_path(tmp_path):
     for board in BOARDS.values():
         out = subprocess.run([cc, *board.cflags(), "-E", "-P", str(src)], capture_output=True, text=True, check=True)
         assert ("dsp = 1" in out.stdout) == board.dsp, board.name
+
+
+# ------------------------------------------------------------------ float16 weights (tms_*_f32h)
+def half_weights(rng, shape):
+    """float16 weights with the awkward values among them: subnormals, signed zeros, the largest finite."""
+    w = (rng.standard_normal(shape) * 0.5).astype(np.float16)
+    flat = w.reshape(-1)
+    specials = np.array([0x0001, 0x03FF, 0x8001, 0x8000, 0x0000, 0x7BFF, 0xFBFF, 0x0400], np.uint16).view(np.float16)
+    k = min(len(specials), flat.size)
+    flat[rng.choice(flat.size, k, replace=False)] = specials[:k]
+    return w
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
+def test_half_weight_convolutions_equal_the_float_ones_on_the_widened_weights(lib, depthwise):
+    rng = np.random.default_rng(47 + depthwise)
+    for case in range(30):
+        d, x, w, bias, res = float_conv_case(rng, depthwise)
+        w16 = half_weights(rng, w.shape)
+        b16 = bias.astype(np.float16) if bias is not None else None
+        want = run_float_conv(lib, d, x, w16.astype(np.float32), b16.astype(np.float32) if b16 is not None else None,
+                              res, True)
+        prm = ConvF(**nn._convf_params(d, True))
+        y = np.zeros(want.size, np.float32)
+        fn = lib.tms_dwconv_f32h if depthwise else lib.tms_conv_f32h
+        null = ctypes.c_void_p(None)
+        fn(ctypes.byref(prm), ptr(np.ascontiguousarray(x)), ptr(w16.view(np.uint16)),
+           ptr(b16.view(np.uint16)) if b16 is not None else null, ptr(res) if res is not None else null, ptr(y))
+        assert np.array_equal(y.reshape(want.shape).view(np.uint32), want.view(np.uint32)), (case, d)
+
+
+def test_every_float16_value_widens_exactly(lib):
+    """tms_half over all 65,536 bit patterns, through a 1-input fully connected layer (y = 1 * w)."""
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    want = bits.view(np.float16).astype(np.float32)
+    for part in (bits[:1 << 15], bits[1 << 15:]):
+        d = {"op": "dense_f32", "x": [1, 1], "w": [part.size, 1], "y": [1, part.size], "has_bias": False,
+             "residual": False, "lo": None, "hi": None}
+        prm = FcF(**nn._fcf_params(d, True))
+        y = np.zeros(part.size, np.float32)
+        lib.tms_fc_f32h(ctypes.byref(prm), ptr(np.ones(1, np.float32)), ptr(np.ascontiguousarray(part)),
+                        ctypes.c_void_p(None), ctypes.c_void_p(None), ptr(y))
+        w = part.view(np.float16).astype(np.float32)
+        nan = np.isnan(w)
+        assert np.array_equal(np.isnan(y), nan) and np.array_equal(y[~nan], w[~nan])
+    assert want.size == 1 << 16
+
+
+def test_widen_half_in_tir_is_exact_on_llvm_and_c():
+    """The TIR widening TVM's kernels use (float16 weights read by TVM's C kernels or on the host)."""
+    import tvm
+    from tvm import te
+    from tvm_memsched.relax.passes.float_kernels import widen_half
+
+    h = te.placeholder((1 << 16,), "uint16", "h")
+    f = te.create_prim_func([h, te.compute((1 << 16,), lambda i: widen_half(h[i]), name="y")])
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    want = bits.view(np.float16).astype(np.float32).view(np.uint32)
+    out = tvm.runtime.tensor(np.zeros(1 << 16, np.float32))
+    tvm.tirx.build(f, target="llvm")(tvm.runtime.tensor(bits), out)
+    assert np.array_equal(out.numpy().view(np.uint32), want)
+    src = tvm.tirx.build(f, target="c").inspect_source()
+    assert "e-08" not in src and "e-8" not in src        # no rounded float constant printed for 2**-24
+
+
+def half_model(name="ds_cnn"):
+    from tvm_memsched import zoo
+
+    return zoo.tflite(name, "float16")
+
+
+@pytest.mark.parametrize("kernels", ["fast", "tvm"])
+def test_float16_weights_stay_float16_in_flash_and_match_litert(kernels, tmp_path):
+    from tvm_memsched import micro
+    from tvm_memsched.micro.sidebyside import check_against_tflite, tflm_refuses
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+
+    buf = half_model()
+    assert tflm_refuses(buf) and not tflm_refuses(float_models()["ds_cnn"])
+    exp16 = micro.export(from_tflite_bytes(buf), "mps2-an386", str(tmp_path / "h"), measure=False, kernels=kernels)
+    exp32 = micro.export(from_tflite_bytes(float_models()["ds_cnn"]), "mps2-an386", str(tmp_path / "f"),
+                         measure=False, kernels=kernels)
+    c16, c32 = exp16.params_bytes, exp32.params_bytes
+    assert c16 < 0.55 * c32
+    r = micro.run_host(exp16)
+    assert r.ok, r.summary()
+    chk = check_against_tflite(buf, micro.default_inputs(exp16), r.outputs, tflm=False)
+    assert chk["ok"] and "tflm" not in chk, chk

@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    graph_help = "a graph JSON file, a .tflite, .onnx or .pt2 file, or zoo:NAME[:int8]"
+    graph_help = "a graph JSON file, a .tflite, .onnx or .pt2 file, or zoo:NAME[:int8|:float16]"
     s = sub.add_parser("simulate", help="peak memory of a given order")
     s.add_argument("graph", metavar="GRAPH.json", help=graph_help)
     add_input_shape_argument(s)

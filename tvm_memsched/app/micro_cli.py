@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available
+from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available, tflm_refuses
 from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, add_verbose_argument, \
     wants_tiling
 from .output import write_json
@@ -47,7 +47,7 @@ def add_parser(subparsers):
         description="Compile MODEL with tvm_memsched's pipeline and TVM's C code generator into a C project "
                     "with one static arena for a microcontroller board; optionally run it (QEMU or host) and "
                     "check its outputs against TVM.")
-    s.add_argument("model", metavar="MODEL", nargs="?", help="a .tflite, .onnx or .pt2 file, or zoo:NAME[:int8]")
+    s.add_argument("model", metavar="MODEL", nargs="?", help="a .tflite, .onnx or .pt2 file, or zoo:NAME[:int8|:float16]")
     add_input_shape_argument(s)
     s.add_argument("--board", "-b", help="target board (see --list-boards)")
     s.add_argument("--out", "-o", metavar="DIR", help="output directory for the C project")
@@ -136,7 +136,8 @@ def run(args) -> int:
         raise MemschedError(f"--invocations must be at least 1, got {args.invocations}")
     mod, model_name = load_relax_spec(args.model, input_shapes=args.input_shape)
     tfl = tflite_bytes(args.model)
-    tflm_readable = tfl is not None and tflite_available() and not offset_buffer_count(tfl)
+    refused = tflm_refuses(tfl) if tfl is not None else None
+    tflm_readable = tfl is not None and tflite_available() and not offset_buffer_count(tfl) and not refused
     compare_tflm = args.compare_tflm
     if compare_tflm is None:
         compare_tflm = tflm_readable
@@ -144,8 +145,11 @@ def run(args) -> int:
         raise MemschedError(f"--compare-tflm needs a .tflite model (or zoo:NAME:int8), got '{args.model}'")
     elif compare_tflm and not tflm_readable:
         raise MemschedError(f"--compare-tflm: TFLite Micro cannot read {args.model}" +
-                            (", whose constants are stored after the flatbuffer (Buffer.offset)"
+                            (f": {refused}" if refused else
+                             ", whose constants are stored after the flatbuffer (Buffer.offset)"
                              if offset_buffer_count(tfl) else " (tflite-micro is not installed)"))
+    if refused and args.compare_tflm is None:
+        print(f"{refused}: comparing with LiteRT (reference kernels) only")
     original = mod
     if wants_tiling(args):
         from .models import tiled_relax_spec
@@ -155,7 +159,8 @@ def run(args) -> int:
             original, mod = untiled, tiled
             if buf is not None:
                 tfl = buf
-                tflm_readable = tflite_available() and not offset_buffer_count(tfl)
+                refused = tflm_refuses(tfl)
+                tflm_readable = tflite_available() and not offset_buffer_count(tfl) and not refused
                 compare_tflm = tflm_readable if args.compare_tflm is None else compare_tflm
     if args.rewrite:
         from ..relax.rewrite import identity_rewrite
@@ -196,7 +201,8 @@ def run(args) -> int:
         if not args.no_check_fit:
             exp.check_fit()
         if args.run:
-            code = _run(args, exp, dflt, original, mod, tfl if tflm_readable else None, sides, report)
+            code = _run(args, exp, dflt, original, mod, tfl if (tflm_readable or refused) else None, sides,
+                        report, tflm=tflm_readable)
     finally:
         print(side_by_side(board.name, sides.get("tflm"), sides.get("default"), sides["ours"]))
         report["side_by_side"] = sides
@@ -208,10 +214,10 @@ def run(args) -> int:
     return code
 
 
-def _run(args, exp, dflt, original, mod, tfl, sides, report) -> int:
+def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) -> int:
     """``--run``: ours on a sequence of inputs (checked against TVM on the same arithmetic; a stateful model
-    against LiteRT's reference kernels over the sequence), against TFLite Micro for a .tflite model, then TVM's
-    default build."""
+    against LiteRT's reference kernels over the sequence), against TFLite Micro (``tflm``: when it runs the
+    file) and LiteRT for a .tflite model, then TVM's default build."""
     from ..micro.run import default_sequence, litert_reference, reference_sequence, run_host, run_qemu
 
     run = run_host if args.host else run_qemu
@@ -247,14 +253,19 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report) -> int:
               file=sys.stderr)
         code = 1
     if tfl is not None and not exp.states:
-        chk = check_against_tflite(tfl, sequence[0], r.outputs)
+        chk = check_against_tflite(tfl, sequence[0], r.outputs, tflm=tflm)
         report["tflite_check"] = chk
-        t, lt = chk["tflm"], chk["litert_ref"]
-        print(f"vs TFLite Micro: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
-              f" ({'ok' if chk['ok'] else 'MISMATCH'}); vs LiteRT reference kernels: "
-              + ("bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"))
+        lt = chk["litert_ref"]
+        lite = "bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"
+        if tflm:
+            t = chk["tflm"]
+            print(f"vs TFLite Micro: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
+                  f" ({'ok' if chk['ok'] else 'MISMATCH'}); vs LiteRT reference kernels: {lite}")
+        else:
+            print(f"vs LiteRT reference kernels: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
         if not chk["ok"]:
-            print("tvm-memsched: error: outputs differ from TFLite Micro's", file=sys.stderr)
+            print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if tflm else 'LiteRT'}'s",
+                  file=sys.stderr)
             code = 1
     if dflt is not None:
         if dflt.fits:

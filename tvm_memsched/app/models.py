@@ -14,7 +14,8 @@ take:
 
 ``zoo:NAME`` is a network of :mod:`tvm_memsched.zoo` (float32);
 ``zoo:NAME:int8`` its full-integer variant where the target takes one (graphs
-and ``.tflite``). ``--input-shape NAME=1x3x224x224`` (:func:`parse_input_shapes`)
+and ``.tflite``), ``zoo:NAME:float16`` its ``.tflite`` with float16 weights
+(widened by ``DEQUANTIZE``; float32 activations, so its graph is the float32 one). ``--input-shape NAME=1x3x224x224`` (:func:`parse_input_shapes`)
 sets the symbolic input dimensions an ``.onnx`` or ``.pt2`` file leaves open.
 Bad specs raise a one-line :class:`~tvm_memsched.core.errors.MemschedError`.
 
@@ -45,7 +46,7 @@ ZOO_PREFIX = "zoo:"
 #: model file extensions (besides graph JSON) the commands take
 MODEL_FILES = (".tflite", ".onnx", ".pt2")
 
-_DTYPES = ("float32", "int8")
+_DTYPES = ("float32", "float16", "int8")
 
 
 def parse_zoo_spec(spec: str) -> tuple[str, str] | None:
@@ -58,7 +59,7 @@ def parse_zoo_spec(spec: str) -> tuple[str, str] | None:
     parts = spec[len(ZOO_PREFIX):].split(":")
     name, dtype = parts[0], (parts[1] if len(parts) > 1 else "float32")
     if len(parts) > 2 or dtype not in _DTYPES:
-        raise InputFileError(f"bad zoo model spec '{spec}': use zoo:NAME or zoo:NAME:int8")
+        raise InputFileError(f"bad zoo model spec '{spec}': use zoo:NAME, zoo:NAME:float16 or zoo:NAME:int8")
     zoo.info(name)   # raises a clear error for unknown names
     return name, dtype
 
@@ -92,7 +93,7 @@ def _extension(spec: str) -> str:
 
 
 def is_tflite_spec(spec: str) -> bool:
-    """True if ``spec`` names a ``.tflite`` file or a zoo network as ``.tflite`` (``zoo:NAME[:int8]`` are both
+    """True if ``spec`` names a ``.tflite`` file or a zoo network as ``.tflite`` (``zoo:NAME[:int8|:float16]`` are both
     written as .tflite by the zoo; the float zoo networks only when a command asks for a .tflite)."""
     z = parse_zoo_spec(spec)
     return (z is not None and z[1] != "float32") or (z is None and _extension(spec) == ".tflite")
@@ -104,7 +105,7 @@ def is_model_file(spec: str) -> bool:
 
 
 def load_graph_spec(spec: str, input_shapes=None):
-    """The core Graph of a graph JSON, ``.tflite``, ``.onnx`` or ``.pt2`` file, or of ``zoo:NAME[:int8]``.
+    """The core Graph of a graph JSON, ``.tflite``, ``.onnx`` or ``.pt2`` file, or of ``zoo:NAME[:int8|:float16]``.
 
     ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
     """
@@ -113,7 +114,7 @@ def load_graph_spec(spec: str, input_shapes=None):
     if input_shapes and (z is not None or ext not in (".onnx", ".pt2")):
         raise UnsupportedError(f"'{spec}': --input-shape is for .onnx and .pt2 files")
     if z is not None:
-        return zoo.graph(*z)
+        return zoo.graph(z[0], "int8" if z[1] == "int8" else "float32")
     if ext == ".tflite":
         return load_tflite_spec(spec).graph
     if ext in MODEL_FILES:
@@ -127,7 +128,7 @@ def load_graph_spec(spec: str, input_shapes=None):
 
 
 def load_relax_spec(spec: str, input_shapes=None):
-    """``(IRModule, name)`` of a ``.tflite``, ``.onnx`` or ``.pt2`` file or of ``zoo:NAME[:int8]``.
+    """``(IRModule, name)`` of a ``.tflite``, ``.onnx`` or ``.pt2`` file or of ``zoo:NAME[:int8|:float16]``.
 
     ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
     """
@@ -157,13 +158,14 @@ def load_relax_spec(spec: str, input_shapes=None):
 
 
 def load_tflite_spec(spec: str):
-    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` file or ``zoo:NAME[:int8]``."""
+    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` file or ``zoo:NAME[:int8|:float16]``."""
     from ..tflite.reader import read_tflite
 
     z = parse_zoo_spec(spec)
     if z is not None:
         name, dtype = z
-        return read_tflite(zoo.tflite(name, dtype), name=name + ("_int8" if dtype == "int8" else ""), label=spec)
+        return read_tflite(zoo.tflite(name, dtype), name=name + ("" if dtype == "float32" else "_" + dtype),
+                           label=spec)
     if _extension(spec) in (".onnx", ".pt2"):
         raise UnsupportedError(f"{spec}: this command rewrites .tflite files; give a .tflite file or zoo:NAME")
     return read_tflite(spec)

@@ -35,7 +35,7 @@ def add_parsers(subparsers) -> None:
                     ".tflite whose operator list follows the schedule. With --offline-plan, also write our arena "
                     "offsets as OfflineMemoryAllocation metadata for TensorFlow Lite Micro. --report measures "
                     "TFLM's arena for IN, OUT and OUT + plan and checks bit-identical LiteRT outputs.")
-    s.add_argument("model", metavar="IN.tflite", help="a .tflite file, or zoo:NAME[:int8]")
+    s.add_argument("model", metavar="IN.tflite", help="a .tflite file, or zoo:NAME[:int8|:float16]")
     s.add_argument("--output", "-o", required=True, metavar="OUT.tflite")
     s.add_argument("--force", action="store_true", help="allow --output to overwrite the input file")
     s.add_argument("--method", default="auto", choices=available_methods(), help="scheduler (default auto)")
@@ -63,7 +63,7 @@ def add_parsers(subparsers) -> None:
                     "K-Edge-TPU pipeline (cost model: compute, parameters over the 8 MiB SRAM, activations "
                     "crossing cuts). Writes K .tflite segments and manifest.json, and checks that the chained "
                     "segments give bit-identical outputs in LiteRT.")
-    s.add_argument("model", metavar="MODEL.tflite", help="a .tflite file, or zoo:NAME[:int8]")
+    s.add_argument("model", metavar="MODEL.tflite", help="a .tflite file, or zoo:NAME[:int8|:float16]")
     s.add_argument("--stages", "-k", type=int, required=True, metavar="K", help="number of Edge TPUs")
     s.add_argument("--out", "-o", required=True, metavar="DIR", help="output directory")
     s.add_argument("--method", default="auto", choices=available_methods(),

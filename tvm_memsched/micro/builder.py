@@ -420,9 +420,12 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         mod_ours = _tvm_call(lambda: convolutions_to(mod_ours, conv_layout.rstrip("?"),
                                                      boundary_only=conv_layout.endswith("?"))[0],
                              "the convolution layout")
-    if ours and kernels != "tvm":            # float convolutions as described kernels (TVM's floats)
-        from ..relax.passes.float_kernels import lower_float
+    from ..relax.passes.float_kernels import lower_float, widens_half
 
+    # float convolutions as described kernels (TVM's floats); with float16 weights also for TVM's kernels,
+    # which then read the weights float16 too
+    if ours and (kernels != "tvm" or ("main" in [g.name_hint for g in mod_ours.get_global_vars()]
+                                      and widens_half(mod_ours["main"]))):
         t_f = time.perf_counter()
         mod_ours = _tvm_call(lambda: lower_float(mod_ours)[0], "float kernels")
         seconds["float"] = time.perf_counter() - t_f

@@ -51,7 +51,7 @@ __all__ = ["NnKernel", "FLOAT_OPS", "select", "wrapper_source", "repack", "pack_
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
 MODES = ("fast", "tvm")
 #: the library's files in ``micro/runtime``
-LIBRARY_FILES = ("tms_nn.c", "tms_nn.h")
+LIBRARY_FILES = ("tms_nn.c", "tms_nn.h", "tms_nn_float.inc")
 _FAST_FLAG = 1
 #: float32 kernels of :mod:`tvm_memsched.relax.passes.float_kernels` the library computes
 FLOAT_OPS = ("conv2d_f32", "depthwise_conv2d_f32", "dense_f32")
@@ -395,13 +395,15 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         dense = op == "dense_f32"
         head.append(_struct("tms_fcf_t" if dense else "tms_convf_t", var,
                             _fcf_params(d, kernel.fma) if dense else _convf_params(d, kernel.fma)))
+        half = d.get("weights") == "float16"       # weights and bias kept float16: the f32h functions
+        wt = "const uint16_t*" if half else "const float*"
         k = 2
-        bias = _arg(k, "const float*") if d["has_bias"] else "NULL"
+        bias = _arg(k, wt) if d["has_bias"] else "NULL"
         k += int(d["has_bias"])
         res = _arg(k, "const float*") if d["residual"] else "NULL"
         k += int(d["residual"])
         fn = {"conv2d_f32": "tms_conv_f32", "depthwise_conv2d_f32": "tms_dwconv_f32", "dense_f32": "tms_fc_f32"}[op]
-        body.append(f"  {fn}(&{var}, {_arg(0, 'const float*')}, {_arg(1, 'const float*')}, {bias}, {res}, "
+        body.append(f"  {fn}{'h' if half else ''}(&{var}, {_arg(0, 'const float*')}, {_arg(1, wt)}, {bias}, {res}, "
                     f"{_arg(k, 'float*')});")
     elif op == "lut":
         head = head[:1]

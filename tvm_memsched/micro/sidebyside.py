@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["tflm_reference", "default_export", "check_against_tflite", "side_by_side", "tflite_available"]
+__all__ = ["tflm_refuses", "tflm_reference", "default_export", "check_against_tflite", "side_by_side", "tflite_available"]
 
 
 def tflite_available() -> bool:
@@ -75,31 +75,54 @@ def _diff(outputs, reference) -> tuple[float, bool]:
     return worst, same
 
 
-def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, atol: float = 1e-4) -> dict:
+def tflm_refuses(buf: bytes) -> str | None:
+    """Why TFLite Micro cannot run ``buf`` whatever its arena (its kernels refuse the quantization scheme), or
+    None."""
+    from ..tflite.builder import load
+    from ..tflite.quantization import quantization_scheme
+
+    scheme = quantization_scheme(load(bytes(buf)))
+    if scheme in ("dynamic-range (hybrid)", "float16 weights"):
+        return f"TFLite Micro does not run {scheme} models"
+    return None
+
+
+def _agree(outputs, reference, rtol: float, atol: float) -> bool:
+    """Integer outputs bit-identical to ``reference``, float outputs within ``atol + rtol * |ref|``."""
+    if len(reference) != len(outputs):
+        return False
+    if all(np.issubdtype(np.asarray(o).dtype, np.integer) for o in outputs):
+        return _diff(outputs, reference)[1]
+    return all(np.all(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64).reshape(np.shape(a)))
+                      <= atol + rtol * np.abs(np.asarray(b, np.float64).reshape(np.shape(a))))
+               for a, b in zip(outputs, reference))
+
+
+def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, atol: float = 1e-4,
+                         tflm: bool = True) -> dict:
     """Compare ``outputs`` (ours, for ``inputs`` in the file's input order) with TFLite Micro and LiteRT.
 
     Integer outputs must be bit-identical to TFLite Micro's (``ok``); float
     outputs must be within ``atol + rtol * |ref|``. LiteRT's reference kernels
     are reported alongside (they differ from TFLite Micro's in a few places,
-    e.g. FULLY_CONNECTED rescales in double there).
+    e.g. FULLY_CONNECTED rescales in double there). ``tflm=False`` (a file TFLite
+    Micro refuses, :func:`tflm_refuses`): LiteRT's reference kernels decide ``ok``.
     """
     from ..tflite.verify import litert_run_sequence, tflm_run
 
     feeds = dict(zip(_names(buf), inputs))
     out = {}
-    tflm = [np.asarray(o) for o in tflm_run(bytes(buf), feeds)]
-    d, same = _diff(outputs, tflm)
-    integer = all(np.issubdtype(np.asarray(o).dtype, np.integer) for o in outputs)
-    if integer:
-        ok = same
-    else:
-        ok = all(np.all(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64).reshape(np.shape(a)))
-                        <= atol + rtol * np.abs(np.asarray(b, np.float64).reshape(np.shape(a))))
-                 for a, b in zip(outputs, tflm)) and len(tflm) == len(outputs)
-    out["tflm"] = {"max_abs_diff": d, "identical": same, "ok": bool(ok)}
-    lite = litert_run_sequence(bytes(buf), [feeds], reference_kernels=True)[0]
-    d2, same2 = _diff(outputs, list(lite.values()))
+    lite = list(litert_run_sequence(bytes(buf), [feeds], reference_kernels=True)[0].values())
+    d2, same2 = _diff(outputs, lite)
     out["litert_ref"] = {"max_abs_diff": d2, "identical": same2}
+    if tflm:
+        ref = [np.asarray(o) for o in tflm_run(bytes(buf), feeds)]
+        d, same = _diff(outputs, ref)
+        ok = _agree(outputs, ref, rtol, atol)
+        out["tflm"] = {"max_abs_diff": d, "identical": same, "ok": bool(ok)}
+    else:
+        ok = _agree(outputs, lite, rtol, atol)
+        out["litert_ref"]["ok"] = bool(ok)
     out["ok"] = bool(ok)
     return out
 

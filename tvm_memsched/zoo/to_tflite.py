@@ -1,4 +1,5 @@
-"""Write a zoo :class:`~tvm_memsched.zoo.netdef.Net` as a ``.tflite`` flatbuffer (float32 or full int8).
+"""Write a zoo :class:`~tvm_memsched.zoo.netdef.Net` as a ``.tflite`` flatbuffer (float32, float16 weights or full
+int8).
 
 Layout is NHWC: activations ``(1, H, W, C)``, convolution filters OHWI,
 depthwise filters ``(1, kh, kw, C)``, dense weights ``(units, in)``. Operators
@@ -87,13 +88,14 @@ def tflite_padding(layer: Layer, in_shape) -> str:
 
 
 class _Writer:
-    def __init__(self, net: Net, weights: Mapping[str, np.ndarray], qp: Mapping | None):
+    def __init__(self, net: Net, weights: Mapping[str, np.ndarray], qp: Mapping | None, half: bool = False):
         from ..tflite import builder
 
         self.bld = builder
         self.tfl = builder.tfl
         self.net, self.w, self.qp = net, weights, qp
         self.int8 = qp is not None
+        self.half = half
         self.mb = builder.ModelBuilder(description=f"tvm_memsched zoo: {net.name}")
         self.index: dict[str, int] = {}
 
@@ -117,6 +119,8 @@ class _Writer:
         """Filter and bias tensors; ``w_tfl`` is already in TFLite layout."""
         b = self.w.get(f"{layer.name}.bias")
         b = np.zeros(out_ch, np.float32) if b is None else np.asarray(b, np.float32)
+        if self.half:          # float16 constants, widened by DEQUANTIZE (the converter's float16 quantization)
+            return tuple(self.widened(f"{layer.name}/{what}", a) for what, a in (("weight", w_tfl), ("bias", b)))
         if not self.int8:
             wi = self.mb.tensor(f"{layer.name}/weight", w_tfl.shape, np.float32, data=w_tfl)
             bi = self.mb.tensor(f"{layer.name}/bias", b.shape, np.float32, data=b)
@@ -133,6 +137,14 @@ class _Writer:
         bi = self.mb.tensor(f"{layer.name}/bias", bq.shape, np.int32, data=bq, scale=bscale,
                             zero_point=[0] * len(bscale))
         return wi, bi
+
+    def widened(self, name: str, a: np.ndarray) -> int:
+        """A float32 tensor computed by DEQUANTIZE from ``a`` stored as float16 (version 3: float16 input)."""
+        half = self.mb.tensor(f"{name}_fp16", a.shape, np.float16, data=np.asarray(a, np.float16))
+        out = self.mb.tensor(name, a.shape, np.float32)
+        self.mb.op(self.tfl.BuiltinOperator.DEQUANTIZE, [half], [out], self.tfl.BuiltinOptions.NONE, None,
+                   version=3)
+        return out
 
     # -------------------------------------------------------------------- ops
     def op(self, name: str, inputs, out: int, opt_name: str | None = None, opt=None, version: int | None = None):
@@ -230,21 +242,24 @@ def net_to_tflite(net: Net, dtype: str = "float32", *, weights: Mapping[str, np.
 
     Parameters
     ----------
-    dtype : ``"float32"`` or ``"int8"``
+    dtype : ``"float32"``, ``"float16"`` or ``"int8"``
+        ``"float16"``: float32 activations, weights and biases stored as float16 and widened by
+        ``DEQUANTIZE`` operators (what TFLite's converter writes with float16 quantization, and MediaPipe's
+        models);
     weights : mapping, optional
         Float weights as produced by :meth:`Net.weights` (default: ``net.weights(seed)``).
     qparams : mapping, optional
         int8 only: ``layer -> (scale, zero_point)`` for every layer output
         (default: :func:`tvm_memsched.zoo.quant.activation_qparams`).
     """
-    if dtype not in ("float32", "int8"):
-        raise ValueError(f"dtype must be 'float32' or 'int8', got {dtype!r}")
+    if dtype not in ("float32", "float16", "int8"):
+        raise ValueError(f"dtype must be 'float32', 'float16' or 'int8', got {dtype!r}")
     if weights is None:
         weights = net.weights(seed)
     if dtype == "int8" and qparams is None:
         from .quant import activation_qparams
         qparams = activation_qparams(net, weights)
-    return _Writer(net, weights, qparams if dtype == "int8" else None).build()
+    return _Writer(net, weights, qparams if dtype == "int8" else None, half=dtype == "float16").build()
 
 
 def write_tflite(net: Net, path: str | os.PathLike, dtype: str = "float32", **kwargs) -> int:

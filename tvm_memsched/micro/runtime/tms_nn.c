@@ -1148,15 +1148,6 @@ TMS_INLINE float madd(const int fused, float a, float b, float c) {
   return c + a * b;
 }
 
-TMS_INLINE float fepilogue(const tms_convf_t* p, float v, const float* bias, const float* res, int32_t c,
-                           int32_t i) {
-  if (p->flags & TMS_F_BIAS) v = v + bias[c];
-  if (p->flags & TMS_F_RESIDUAL) v = v + res[i];
-  if ((p->flags & TMS_F_LO) && v < p->lo) v = p->lo;
-  if ((p->flags & TMS_F_HI) && v > p->hi) v = p->hi;
-  return v;
-}
-
 static int overlaps(const void* a, uint32_t an, const void* b, uint32_t bn) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
   return x < y + bn && y < x + an;
@@ -1179,249 +1170,45 @@ TMS_INLINE int row_taps(const tms_convf_t* p, int inside, int32_t iy, int32_t ix
   return b > a;
 }
 
-/* One output pixel (all channels, four at a time; reads of a block precede its writes). */
-TMS_INLINE void convf_pixel_impl(const int fused, const tms_convf_t* p, const float* xb, const float* w,
-                            const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi,
-                            int inside) {
-  const int32_t C = p->in_c, OC = p->out_c, K = p->kh * p->kw * C;
-  const int32_t iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l;
-  const int32_t xstep = p->dw * C;        /* one tap to the next along a kernel row */
-  const int32_t run_ok = p->dw == 1;      /* a row's taps are one contiguous run */
-  int32_t oc = 0;
-  for (; oc < OC; oc += 4) {
-    const int32_t nb = OC - oc < 4 ? OC - oc : 4;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    for (int32_t ky = 0; ky < p->kh; ++ky) {
-      int32_t iy = iy0 + ky * p->dh, k0, k1;
-      if (!row_taps(p, inside, iy, ix0, &k0, &k1)) continue;
-      const float* xr = xb + ((int32_t)iy * p->in_w + ix0 + k0 * p->dw) * C;
-      const float* wr = w + oc * K + (ky * p->kw + k0) * C;
-      const int32_t runs = run_ok ? 1 : k1 - k0, len = run_ok ? (k1 - k0) * C : C;
-      for (int32_t t = 0; t < runs; ++t, xr += xstep, wr += C) {
-        const float* w0 = wr;
-        if (nb == 4) {
-          const float *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-          for (int32_t c = 0; c < len; ++c) {
-            float xv = xr[c];
-            a0 = madd(fused, xv, w0[c], a0);
-            a1 = madd(fused, xv, w1[c], a1);
-            a2 = madd(fused, xv, w2[c], a2);
-            a3 = madd(fused, xv, w3[c], a3);
-          }
-        } else {
-          for (int32_t c = 0; c < len; ++c) {
-            float xv = xr[c];
-            a0 = madd(fused, xv, w0[c], a0);
-            if (nb > 1) a1 = madd(fused, xv, w0[K + c], a1);
-            if (nb > 2) a2 = madd(fused, xv, w0[2 * K + c], a2);
-          }
-        }
-      }
-    }
-    float acc[4] = {a0, a1, a2, a3};
-    for (int32_t j = 0; j < nb; ++j) y[oi + oc + j] = fepilogue(p, acc[j], bias, res, oc + j, oi + oc + j);
+/* IEEE half-precision bits -> float, exactly: weights kept float16 in flash are widened as they are read
+ * (VCVTB on cores whose FPU has it: every single-precision M-profile FPU). */
+TMS_INLINE float tms_half(uint16_t h) {
+#if defined(__ARM_FP) && (__ARM_FP & 4) && defined(__thumb2__)
+  float f;
+  __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
+  return f;
+#else
+  const uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  union { uint32_t u; float f; } v;
+  if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float */
+    v.f = (float)m * 5.9604644775390625e-08f;
+    return s ? -v.f : v.f;
   }
-}
-TMS_FLAG(convf_pixel, (const tms_convf_t* p, const float* xb, const float* w, const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi, int inside), p, xb, w, bias, res, y, oy, ox, oi, inside)
-
-/* Two horizontally adjacent output pixels whose windows lie inside the image, when the output does not
- * overlap the input: every loaded weight feeds both. */
-TMS_INLINE void convf_pair_impl(const int fused, const tms_convf_t* p, const float* xb, const float* w,
-                           const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi) {
-  const int32_t C = p->in_c, OC = p->out_c, K = p->kh * p->kw * C, step = p->sw * C;
-  const int32_t iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l;
-  const int32_t runs = p->dw == 1 ? 1 : p->kw, len = p->dw == 1 ? p->kw * C : C, xstep = p->dw * C;
-  int32_t oc = 0;
-  for (; oc + 4 <= OC; oc += 4) {
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
-    for (int32_t ky = 0; ky < p->kh; ++ky) {
-      const float* xp = xb + ((int32_t)(iy0 + ky * p->dh) * p->in_w + ix0) * C;
-      const float* w0 = w + oc * K + ky * p->kw * C;
-      for (int32_t t = 0; t < runs; ++t, xp += xstep, w0 += C) {
-        const float* xq = xp + step;
-        const float *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-        for (int32_t c = 0; c < len; ++c) {
-          float xv = xp[c], xu = xq[c], v;
-          v = w0[c];
-          a0 = madd(fused, xv, v, a0);
-          b0 = madd(fused, xu, v, b0);
-          v = w1[c];
-          a1 = madd(fused, xv, v, a1);
-          b1 = madd(fused, xu, v, b1);
-          v = w2[c];
-          a2 = madd(fused, xv, v, a2);
-          b2 = madd(fused, xu, v, b2);
-          v = w3[c];
-          a3 = madd(fused, xv, v, a3);
-          b3 = madd(fused, xu, v, b3);
-        }
-      }
-    }
-    int32_t o2 = oi + OC;
-    y[oi + oc] = fepilogue(p, a0, bias, res, oc, oi + oc);
-    y[oi + oc + 1] = fepilogue(p, a1, bias, res, oc + 1, oi + oc + 1);
-    y[oi + oc + 2] = fepilogue(p, a2, bias, res, oc + 2, oi + oc + 2);
-    y[oi + oc + 3] = fepilogue(p, a3, bias, res, oc + 3, oi + oc + 3);
-    y[o2 + oc] = fepilogue(p, b0, bias, res, oc, o2 + oc);
-    y[o2 + oc + 1] = fepilogue(p, b1, bias, res, oc + 1, o2 + oc + 1);
-    y[o2 + oc + 2] = fepilogue(p, b2, bias, res, oc + 2, o2 + oc + 2);
-    y[o2 + oc + 3] = fepilogue(p, b3, bias, res, oc + 3, o2 + oc + 3);
-  }
-  for (; oc < OC; ++oc) { /* the last OC % 4 channels, one at a time */
-    for (int32_t k = 0; k < 2; ++k) {
-      float a = 0.0f;
-      for (int32_t ky = 0; ky < p->kh; ++ky) {
-        const float* xp = xb + ((int32_t)(iy0 + ky * p->dh) * p->in_w + ix0 + k * p->sw) * C;
-        const float* w0 = w + oc * K + ky * p->kw * C;
-        for (int32_t t = 0; t < runs; ++t, xp += xstep, w0 += C)
-          for (int32_t c = 0; c < len; ++c) a = madd(fused, xp[c], w0[c], a);
-      }
-      y[oi + k * OC + oc] = fepilogue(p, a, bias, res, oc, oi + k * OC + oc);
-    }
-  }
-}
-TMS_FLAG(convf_pair, (const tms_convf_t* p, const float* xb, const float* w, const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi), p, xb, w, bias, res, y, oy, ox, oi)
-
-void tms_conv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
-                  float* y) {
-  const int fused = (p->flags & TMS_F_FMA) != 0;
-  const int32_t C = p->in_c, OC = p->out_c;
-  const uint32_t xbytes = 4u * p->batch * p->in_h * p->in_w * C, ybytes = 4u * p->batch * p->out_h * p->out_w * OC;
-  const int apart = !overlaps(x, xbytes, y, ybytes);
-  const int32_t span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
-  for (int32_t b = 0; b < p->batch; ++b) {
-    const float* xb = x + (int32_t)b * p->in_h * p->in_w * C;
-    int32_t oi = b * p->out_h * p->out_w * OC;
-    for (int32_t oy = 0; oy < p->out_h; ++oy) {
-      int32_t iy0 = oy * p->sh - p->pad_t;
-      int rows_in = iy0 >= 0 && iy0 + span_h < p->in_h;
-      for (int32_t ox = 0; ox < p->out_w; ++ox, oi += OC) {
-        int32_t ix0 = ox * p->sw - p->pad_l;
-        int inside = rows_in && ix0 >= 0 && ix0 + span_w < p->in_w;
-        /* two pixels at once write the second's outputs before the first's window is read for the next
-         * channels: only when those outputs lie outside that window's span (always when not in place) */
-        int pair = inside && ox + 1 < p->out_w && ix0 + p->sw + span_w < p->in_w;
-        if (pair && !apart) {
-          const float* w0 = xb + ((int32_t)iy0 * p->in_w + ix0) * C;
-          const float* w1 = xb + ((int32_t)(iy0 + span_h) * p->in_w + ix0 + span_w + 1) * C;
-          pair = !overlaps(y + oi + OC, 4u * OC, w0, (uint32_t)((w1 - w0) * 4));
-        }
-        if (pair) {
-          convf_pair(fused, p, xb, w, bias, res, y, oy, ox, oi);
-          ++ox;
-          oi += OC;
-          continue;
-        }
-        convf_pixel(fused, p, xb, w, bias, res, y, oy, ox, oi, inside);
-      }
-    }
-  }
+  v.u = s | ((e == 31u ? 255u : e + 112u) << 23) | (m << 13);
+  return v.f;
+#endif
 }
 
-/* Depthwise: per output pixel, four channels at a time over the taps inside the image. */
-TMS_INLINE void dwf_pixel_impl(const int fused, const tms_convf_t* p, const float* xb, const float* w,
-                          const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi,
-                          int inside) {
-  const int32_t C = p->in_c, iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l, xstep = p->dw * C;
-  int32_t c = 0;
-  for (; c < C; c += 4) {
-    const int32_t nb = C - c < 4 ? C - c : 4;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    for (int32_t ky = 0; ky < p->kh; ++ky) {
-      int32_t iy = iy0 + ky * p->dh, k0, k1;
-      if (!row_taps(p, inside, iy, ix0, &k0, &k1)) continue;
-      const float* xp = xb + ((int32_t)iy * p->in_w + ix0 + k0 * p->dw) * C + c;
-      const float* wp = w + (ky * p->kw + k0) * C + c;
-      if (nb == 4) {
-        for (int32_t kx = k0; kx < k1; ++kx, xp += xstep, wp += C) {
-          a0 = madd(fused, xp[0], wp[0], a0);
-          a1 = madd(fused, xp[1], wp[1], a1);
-          a2 = madd(fused, xp[2], wp[2], a2);
-          a3 = madd(fused, xp[3], wp[3], a3);
-        }
-      } else {
-        for (int32_t kx = k0; kx < k1; ++kx, xp += xstep, wp += C) {
-          a0 = madd(fused, xp[0], wp[0], a0);
-          if (nb > 1) a1 = madd(fused, xp[1], wp[1], a1);
-          if (nb > 2) a2 = madd(fused, xp[2], wp[2], a2);
-        }
-      }
-    }
-    float acc[4] = {a0, a1, a2, a3};
-    for (int32_t j = 0; j < nb; ++j) y[oi + c + j] = fepilogue(p, acc[j], bias, res, c + j, oi + c + j);
-  }
-}
-TMS_FLAG(dwf_pixel, (const tms_convf_t* p, const float* xb, const float* w, const float* bias, const float* res, float* y, int32_t oy, int32_t ox, int32_t oi, int inside), p, xb, w, bias, res, y, oy, ox, oi, inside)
+/* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...) and
+ * float16 weights and biases (tms_conv_f32h, ...). */
+#define TMS_CAT_(a, b) a##b
+#define TMS_CAT(a, b) TMS_CAT_(a, b)
+#define TMS_N(name) TMS_CAT(name, TMS_FSUF)
+#define TMS_NI(name) TMS_CAT(TMS_N(name), _impl)
+#define TMS_FLAG_N(fn, ...) TMS_FLAG(fn, __VA_ARGS__)
 
-/* A 1x1 depthwise convolution with stride 1: a per-channel scale (a folded batch norm), element by
- * element (in place: each output after its own input). */
-TMS_INLINE void dwf_scale_impl(const int fused, const tms_convf_t* p, const float* x, const float* w,
-                               const float* bias, const float* res, float* y) {
-  const int32_t C = p->in_c, pixels = p->batch * p->out_h * p->out_w;
-  for (int32_t i = 0, k = 0; i < pixels; ++i)
-    for (int32_t c = 0; c < C; ++c, ++k) y[k] = fepilogue(p, madd(fused, x[k], w[c], 0.0f), bias, res, c, k);
-}
-TMS_FLAG(dwf_scale, (const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y), p, x, w, bias, res, y)
+#define TMS_WT float
+#define TMS_W(v) (v)
+#define TMS_FSUF
+#include "tms_nn_float.inc"
+#undef TMS_WT
+#undef TMS_W
+#undef TMS_FSUF
 
-void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
-                    float* y) {
-  const int fused = (p->flags & TMS_F_FMA) != 0;
-  const int32_t C = p->in_c, span_h = (p->kh - 1) * p->dh, span_w = (p->kw - 1) * p->dw;
-  if (p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pad_t == 0 && p->pad_l == 0 &&
-      p->in_h == p->out_h && p->in_w == p->out_w) {
-    dwf_scale(fused, p, x, w, bias, res, y);
-    return;
-  }
-  for (int32_t b = 0; b < p->batch; ++b) {
-    const float* xb = x + (int32_t)b * p->in_h * p->in_w * C;
-    int32_t oi = b * p->out_h * p->out_w * C;
-    for (int32_t oy = 0; oy < p->out_h; ++oy) {
-      int32_t iy0 = oy * p->sh - p->pad_t;
-      int rows_in = iy0 >= 0 && iy0 + span_h < p->in_h;
-      for (int32_t ox = 0; ox < p->out_w; ++ox, oi += C) {
-        int32_t ix0 = ox * p->sw - p->pad_l;
-        int inside = rows_in && ix0 >= 0 && ix0 + span_w < p->in_w;
-        dwf_pixel(fused, p, xb, w, bias, res, y, oy, ox, oi, inside);
-      }
-    }
-  }
-}
-
-/* Fully connected: four output channels per pass over the input row. */
-TMS_INLINE void fcf_row_impl(const int fused, const tms_fcf_t* p, const float* x, const float* w, const float* bias,
-                        const float* res, float* y, int32_t oi) {
-  const int32_t K = p->in_n, N = p->out_n;
-  const tms_convf_t q = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, p->flags, p->lo, p->hi};
-  int32_t n = 0;
-  for (; n + 4 <= N; n += 4) {
-    const float* w0 = w + n * K;
-    const float *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    for (int32_t k = 0; k < K; ++k) {
-      float xv = x[k];
-      a0 = madd(fused, xv, w0[k], a0);
-      a1 = madd(fused, xv, w1[k], a1);
-      a2 = madd(fused, xv, w2[k], a2);
-      a3 = madd(fused, xv, w3[k], a3);
-    }
-    y[n] = fepilogue(&q, a0, bias, res, n, oi + n);
-    y[n + 1] = fepilogue(&q, a1, bias, res, n + 1, oi + n + 1);
-    y[n + 2] = fepilogue(&q, a2, bias, res, n + 2, oi + n + 2);
-    y[n + 3] = fepilogue(&q, a3, bias, res, n + 3, oi + n + 3);
-  }
-  for (; n < N; ++n) {
-    const float* w0 = w + n * K;
-    float a = 0.0f;
-    for (int32_t k = 0; k < K; ++k) a = madd(fused, x[k], w0[k], a);
-    y[n] = fepilogue(&q, a, bias, res, n, oi + n);
-  }
-}
-TMS_FLAG(fcf_row, (const tms_fcf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y, int32_t oi), p, x, w, bias, res, y, oi)
-
-void tms_fc_f32(const tms_fcf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y) {
-  const int fused = (p->flags & TMS_F_FMA) != 0;
-  const int32_t K = p->in_n, N = p->out_n;
-  for (int32_t r = 0; r < p->rows; ++r, x += K, y += N) {
-    fcf_row(fused, p, x, w, bias, res, y, r * N);
-  }
-}
+#define TMS_WT uint16_t
+#define TMS_W(v) tms_half(v)
+#define TMS_FSUF h
+#include "tms_nn_float.inc"
+#undef TMS_WT
+#undef TMS_W
+#undef TMS_FSUF

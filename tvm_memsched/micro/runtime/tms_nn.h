@@ -108,6 +108,13 @@ void tms_conv_f32(const tms_convf_t* p, const float* x, const float* w, const fl
 void tms_dwconv_f32(const tms_convf_t* p, const float* x, const float* w, const float* bias, const float* res,
                     float* y);
 void tms_fc_f32(const tms_fcf_t* p, const float* x, const float* w, const float* bias, const float* res, float* y);
+/* the same with weights and biases kept IEEE float16 (bits), widened exactly as they are read */
+void tms_conv_f32h(const tms_convf_t* p, const float* x, const uint16_t* w, const uint16_t* bias, const float* res,
+                   float* y);
+void tms_dwconv_f32h(const tms_convf_t* p, const float* x, const uint16_t* w, const uint16_t* bias,
+                     const float* res, float* y);
+void tms_fc_f32h(const tms_fcf_t* p, const float* x, const uint16_t* w, const uint16_t* bias, const float* res,
+                 float* y);
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))

@@ -17,6 +17,12 @@ range. Weights become constants in the kernel's layout (OHWI, depthwise
 input channel), as TVM's NHWC kernels and TFLite's reference kernels sum, so a
 kernel without fused multiply-add computes their very floats.
 
+In a model that widens float16 constants (``astype`` of a float16 constant: the
+``DEQUANTIZE`` of TFLite's float16 quantization, MediaPipe's models), a kernel
+whose weights and bias are all float16 values keeps them float16 (``uint16``
+bits, half the flash) and widens each exactly as it reads it
+(:func:`widen_half`): the products and sums are those of the float32 weights.
+
 Convolutions other than NHWC (an NCHW model whose layout was kept), grouped
 convolutions that are not depthwise, non-float32 or dynamic shapes are left to
 TVM.
@@ -39,18 +45,42 @@ from ..int8.kernels import finish
 from ..int8.patterns import FunctionView
 from ..ir import KernelEmitter, op_name, replace_bindings, static_shape
 
-__all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatReport"]
+__all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatReport", "widen_half", "widens_half"]
 
 _INF = float("inf")
 
 
-def _epilogue(acc, out_shape, b, r, lo, hi):
+def widen_half(h):
+    """The float32 value of IEEE float16 bits ``h`` (a ``uint16`` TIR expression), exactly: zeros and
+    subnormals as ``m * 2**-24``, infinities and NaNs kept (the C target prints no float constant here, so
+    nothing is rounded on the way)."""
+    u32 = "uint32"
+    u = h.astype(u32)
+
+    def c(v):
+        return tirx.const(v, u32)
+
+    e = (u >> c(10)) & c(31)
+    m = u & c(1023)
+    s = (u >> c(15)) << c(31)
+    top = tirx.Select(e == c(31), c(0x7F800000), (e + c(112)) << c(23))
+    normal = tirx.reinterpret("float32", s | top | (m << c(13)))
+    sub = m.astype("float32") * tirx.reinterpret("float32", c(0x33800000))      # 2**-24
+    return tirx.Select(e == c(0), tirx.Select(s == c(0), sub, -sub), normal)
+
+
+def _reader(half: bool):
+    return widen_half if half else (lambda v: v)
+
+
+def _epilogue(acc, out_shape, b, r, lo, hi, half=False):
     """``y = clamp(acc + bias[channel] + residual)``: the fused tail of every float kernel."""
+    wv = _reader(half)
 
     def body(*i):
         v = acc[i]
         if b is not None:
-            v = v + b[i[-1]]
+            v = v + wv(b[i[-1]])
         if r is not None:
             v = v + r[i]
         return _act(v, lo, hi)
@@ -67,9 +97,10 @@ def _act(y_expr, lo, hi):
 
 
 def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depthwise: bool, has_bias: bool,
-               residual: bool, lo=None, hi=None, name: str = "conv2d_f32") -> tvm.tirx.PrimFunc:
+               residual: bool, lo=None, hi=None, name: str = "conv2d_f32", half: bool = False) -> tvm.tirx.PrimFunc:
     """NHWC float32 convolution (``w`` OHWI) or depthwise convolution (``w`` ``(1, kh, kw, C)``), plus a
     per-channel bias, plus a residual of the output's shape, clamped to ``[lo, hi]`` (None: unbounded).
+    ``half``: weights and bias are float16 bits (``uint16``), widened exactly as read (:func:`widen_half`).
     Parameters: x, w, [bias], [residual], y."""
     n_, h_, w_, c_ = x_shape
     sh, sw = strides
@@ -77,9 +108,11 @@ def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depth
     pt, pl = padding[0], padding[1]
     oc_ = out_shape[3]
     x = te.placeholder(x_shape, "float32", "x")
-    w = te.placeholder(w_shape, "float32", "w")
+    wdt = "uint16" if half else "float32"
+    wv = _reader(half)
+    w = te.placeholder(w_shape, wdt, "w")
     params = [x, w]
-    b = te.placeholder((oc_,), "float32", "bias") if has_bias else None
+    b = te.placeholder((oc_,), wdt, "bias") if has_bias else None
     r = te.placeholder(out_shape, "float32", "residual") if residual else None
     params += [t for t in (b, r) if t is not None]
     kh_, kw_ = w_shape[1], w_shape[2]
@@ -91,7 +124,7 @@ def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depth
             ih, iw = oh * sh - pt + rh * dh, ow * sw - pl + rw * dw
             inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
             xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), oc]
-            return te.sum(tirx.if_then_else(inside, xv * w[0, rh, rw, oc], zero), axis=[rh, rw])
+            return te.sum(tirx.if_then_else(inside, xv * wv(w[0, rh, rw, oc]), zero), axis=[rh, rw])
     else:
         rc = te.reduce_axis((0, w_shape[3]), "rc")
 
@@ -99,33 +132,39 @@ def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depth
             ih, iw = oh * sh - pt + rh * dh, ow * sw - pl + rw * dw
             inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
             xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), rc]
-            return te.sum(tirx.if_then_else(inside, xv * w[oc, rh, rw, rc], zero), axis=[rh, rw, rc])
+            return te.sum(tirx.if_then_else(inside, xv * wv(w[oc, rh, rw, rc]), zero), axis=[rh, rw, rc])
 
     acc = te.compute(out_shape, body, name="acc")
 
-    y = _epilogue(acc, out_shape, b, r, lo, hi)
+    y = _epilogue(acc, out_shape, b, r, lo, hi, half)
     desc = {"op": "depthwise_conv2d_f32" if depthwise else "conv2d_f32", "x": list(x_shape), "w": list(w_shape),
             "y": list(out_shape), "strides": list(strides), "padding": list(padding), "dilation": list(dilation),
             "has_bias": has_bias, "residual": residual, "lo": lo, "hi": hi}
+    if half:
+        desc["weights"] = "float16"
     return finish(params + [y], name, reduce_into="y", describe=desc)
 
 
 def dense_f32(x_shape, w_shape, *, has_bias: bool, residual: bool, lo=None, hi=None,
-              name: str = "dense_f32") -> tvm.tirx.PrimFunc:
-    """``x`` (..., K) times ``w`` (N, K) transposed, plus bias and residual, clamped. Parameters: x, w,
-    [bias], [residual], y."""
+              name: str = "dense_f32", half: bool = False) -> tvm.tirx.PrimFunc:
+    """``x`` (..., K) times ``w`` (N, K) transposed, plus bias and residual, clamped (``half``: float16
+    weights and bias, as :func:`conv2d_f32`). Parameters: x, w, [bias], [residual], y."""
     k_, n_ = x_shape[-1], w_shape[0]
     out_shape = tuple(x_shape[:-1]) + (n_,)
+    wdt = "uint16" if half else "float32"
+    wv = _reader(half)
     x = te.placeholder(x_shape, "float32", "x")
-    w = te.placeholder(w_shape, "float32", "w")
-    b = te.placeholder((n_,), "float32", "bias") if has_bias else None
+    w = te.placeholder(w_shape, wdt, "w")
+    b = te.placeholder((n_,), wdt, "bias") if has_bias else None
     r = te.placeholder(out_shape, "float32", "residual") if residual else None
     rk = te.reduce_axis((0, k_), "rk")
-    acc = te.compute(out_shape, lambda *i: te.sum(x[(*i[:-1], rk)] * w[i[-1], rk], axis=rk), name="acc")
+    acc = te.compute(out_shape, lambda *i: te.sum(x[(*i[:-1], rk)] * wv(w[i[-1], rk]), axis=rk), name="acc")
 
-    y = _epilogue(acc, out_shape, b, r, lo, hi)
+    y = _epilogue(acc, out_shape, b, r, lo, hi, half)
     desc = {"op": "dense_f32", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "has_bias": has_bias,
             "residual": residual, "lo": lo, "hi": hi}
+    if half:
+        desc["weights"] = "float16"
     params = [x, w] + [t for t in (b, r) if t is not None]
     return finish(params + [y], name, reduce_into="y", describe=desc)
 
@@ -150,6 +189,7 @@ class FloatReport:
 
     def __init__(self):
         self.lowered: dict = {}
+        self.half = 0            # kernels whose weights stay float16 (the model widened float16 constants)
 
     @property
     def total(self) -> int:
@@ -157,7 +197,8 @@ class FloatReport:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.lowered.items()))
-        return f"float kernels: {self.total} ({kinds})" if self.total else "float kernels: none"
+        half = f"; {self.half} with float16 weights kept float16" if self.half else ""
+        return f"float kernels: {self.total} ({kinds}{half})" if self.total else "float kernels: none"
 
 
 def _chain(view: FunctionView, var, taken: set):
@@ -252,12 +293,39 @@ def _match(view: FunctionView, var, taken: set):
     return None
 
 
+def widens_half(func) -> bool:
+    """True when ``func`` widens a float16 constant to float32 (a model with float16 weights)."""
+    found = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and op_name(e) == "relax.astype" and isinstance(e.args[0], tvm.ir.Constant) \
+                and str(e.args[0].ty.dtype) == "float16" and str(e.ty.dtype) == "float32":
+            found.append(e)
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return bool(found)
+
+
+def _half_exact(a: np.ndarray) -> bool:
+    """Every value of float32 ``a`` is a float16 value (so storing it as float16 loses nothing)."""
+    a = np.asarray(a, np.float32)
+    with np.errstate(over="ignore"):
+        back = a.astype(np.float16).astype(np.float32)
+    return bool(np.array_equal(back.view(np.uint32), a.view(np.uint32)))
+
+
+def _as_half(a: np.ndarray) -> np.ndarray:
+    """float16 bits of ``a`` (``uint16``; :func:`_half_exact` holds)."""
+    return np.ascontiguousarray(np.asarray(a, np.float32).astype(np.float16).view(np.uint16))
+
+
 def lower_float(mod) -> tuple["tvm.IRModule", FloatReport]:
     """Replace the float32 convolution / matmul chains of ``mod["main"]`` (see the module docstring)."""
     report = FloatReport()
     main = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else None
     if not isinstance(main, relax.Function):
         return mod, report
+    half_model = widens_half(main)
     mod = relax.transform.FoldConstant()(mod)
     main = mod["main"]
     view = FunctionView(main)
@@ -270,14 +338,18 @@ def lower_float(mod) -> tuple["tvm.IRModule", FloatReport]:
         if m is None:
             continue
         last, (kind, kw), x, w, bias, residual, lo, hi = m
-        common = dict(has_bias=bias is not None, residual=residual is not None, lo=lo, hi=hi)
+        half = half_model and _half_exact(w) and (bias is None or _half_exact(bias))
+        if half:
+            report.half += 1
+        common = dict(has_bias=bias is not None, residual=residual is not None, lo=lo, hi=hi, half=half)
         if kind == "conv":
             f = conv2d_f32(**kw, **common, name="dwconv_f32" if kw["depthwise"] else "conv2d_f32")
             op = "DEPTHWISE_CONV_2D" if kw["depthwise"] else "CONV_2D"
         else:
             f = dense_f32(**kw, **common)
             op = "FULLY_CONNECTED"
-        args = [x, em.const(w)] + ([em.const(bias.astype(np.float32))] if bias is not None else []) + \
+        store = _as_half if half else (lambda a: a.astype(np.float32))
+        args = [x, em.const(store(w))] + ([em.const(store(bias))] if bias is not None else []) + \
             ([residual] if residual is not None else [])
         gv = em.gvar(f, f.attrs["global_symbol"])
         replaced[last] = relax.call_tir(gv, args, last.ty)
