@@ -403,6 +403,10 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
                      alignment, stats)
 
 
+#: rounds of the iterated alias-first greedy (swiftnet_like: 516,096 -> 445,568 B, which as CP-SAT's hint
+#: cuts its proof of the 378,176 B optimum from 0.35 s to 0.04 s)
+_ITERATIONS = 20
+
 #: how far an in-place chain may spread (times its largest buffer) before the group placement cuts it
 _SPREADS = (1.0, 1.1, 1.5, float("inf"))
 
@@ -421,6 +425,18 @@ def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -
         if best[1] <= lb:
             break
     runs = len(_ORDERS)
+    if best[1] > lb:              # iterated: the buffers that reach the top of the last placement go first
+        order = sorted(range(len(items)), key=lambda i: _ORDERS["length"](items[i]))
+        for _ in range(_ITERATIONS):
+            for reserve in (False, True):
+                offs, top = _greedy_alias(items, pairs, order, reserve)
+                runs += 1
+                if top < best[1]:
+                    best = (offs, top, f"greedy-iterated-alias-first-fit{'-reserve' if reserve else ''}")
+            if best[1] <= lb:
+                break
+            hot = [i for i in order if items[i][0] and offs[i] + items[i][0] == top]
+            order = hot + [i for i in order if i not in set(hot)]
     for spread in _SPREADS:                               # in-place chains placed as rigid groups
         if best[1] <= lb:
             break
