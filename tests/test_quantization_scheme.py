@@ -49,3 +49,40 @@ def test_info_prints_the_scheme(tmp_path):
                          text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["quantization"] == "dynamic-range (hybrid)"
+
+
+def test_zoo_writes_float16_weight_models_litert_runs():
+    """zoo:NAME:float16: every convolution and dense weight and bias stored float16 and widened by DEQUANTIZE
+    (version 3); LiteRT runs it and computes the float32 model on the rounded weights."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tvm_memsched import zoo
+    from tvm_memsched.tflite.builder import load, opcode_name
+
+    buf, buf32 = zoo.tflite("ds_cnn", "float16"), zoo.tflite("ds_cnn")
+    m = load(buf)
+    assert quantization_scheme(m) == "float16 weights" and len(buf) < 0.6 * len(buf32)
+    sg = m.subgraphs[0]
+    deq = [op for op in sg.operators if opcode_name(m.operatorCodes[op.opcodeIndex]) == "DEQUANTIZE"]
+    assert deq and all(m.operatorCodes[op.opcodeIndex].version == 3 for op in deq)
+    outs = []
+    for b in (buf, buf32):
+        it = Interpreter(model_content=b, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        it.allocate_tensors()
+        d = it.get_input_details()[0]
+        it.set_tensor(d["index"], np.linspace(-1, 1, int(np.prod(d["shape"])), dtype=np.float32).reshape(d["shape"]))
+        it.invoke()
+        outs.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    assert 0 < np.max(np.abs(outs[0] - outs[1])) < 0.05 * np.max(np.abs(outs[1]))
+
+
+def test_zoo_float16_spec_in_info_and_graph():
+    from tvm_memsched.app.models import load_graph_spec, parse_zoo_spec
+
+    assert parse_zoo_spec("zoo:ds_cnn:float16") == ("ds_cnn", "float16")
+    assert sum(load_graph_spec("zoo:ds_cnn:float16").size) == sum(load_graph_spec("zoo:ds_cnn").size)  # float32
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "tvm_memsched", "info", "zoo:ds_cnn:float16", "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["quantization"] == "float16 weights"
