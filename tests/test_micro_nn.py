@@ -673,3 +673,17 @@ def test_float16_weights_stay_float16_in_flash_and_match_litert(kernels, tmp_pat
     assert r.ok, r.summary()
     chk = check_against_tflite(buf, micro.default_inputs(exp16), r.outputs, tflm=False)
     assert chk["ok"] and "tflm" not in chk, chk
+
+
+def test_widen_float16_stores_float32_weights(tmp_path):
+    from tvm_memsched import micro
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+
+    mod = from_tflite_bytes(half_model())
+    kept = micro.export(mod, "mps2-an386", str(tmp_path / "k"), measure=False, kernels="fast")
+    wide = micro.export(mod, "mps2-an386", str(tmp_path / "w"), measure=False, kernels="fast", keep_float16=False)
+    assert wide.params_bytes > 1.9 * kept.params_bytes
+    assert "tms_conv_f32h" in open(kept.files["kernels"]).read()
+    assert "tms_conv_f32h" not in open(wide.files["kernels"]).read()
+    r = micro.run_host(wide)
+    assert r.ok, r.summary()

@@ -319,13 +319,14 @@ def _as_half(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(a, np.float32).astype(np.float16).view(np.uint16))
 
 
-def lower_float(mod) -> tuple["tvm.IRModule", FloatReport]:
-    """Replace the float32 convolution / matmul chains of ``mod["main"]`` (see the module docstring)."""
+def lower_float(mod, keep_half: bool = True) -> tuple["tvm.IRModule", FloatReport]:
+    """Replace the float32 convolution / matmul chains of ``mod["main"]`` (see the module docstring);
+    ``keep_half=False`` stores float16 weights as float32 too."""
     report = FloatReport()
     main = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else None
     if not isinstance(main, relax.Function):
         return mod, report
-    half_model = widens_half(main)
+    half_model = keep_half and widens_half(main)
     mod = relax.transform.FoldConstant()(mod)
     main = mod["main"]
     view = FunctionView(main)
