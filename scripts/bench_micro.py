@@ -218,8 +218,10 @@ def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | Non
              else "")
           + (f", {row['vs_reference']}x TFLite Micro reference ({ref['instructions']:,})" if row["vs_reference"]
              else "")
-          + f" | RAM {row['ours']['ram_bytes']:,} B ({row['ram_vs_tflm']}x TFLM's arena), flash "
-            f"{row['ours']['flash_bytes']:,} B | outputs vs TFLM: max diff {diff}"
+          + f" | RAM {row['ours']['ram_bytes']:,} B"
+          + (f" ({row['ram_vs_tflm']}x TFLM's arena)" if tflm else "")
+          + f", flash {row['ours']['flash_bytes']:,} B ({row['flash_vs_file']}x the file) | outputs vs "
+            f"{row['reference']}: max diff {diff}"
           + (f", firmware {row['firmware_identical']}" if firmware else ""), flush=True)
     return row
 

@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -190,11 +191,19 @@ class RunOutput:
 
 
 def run(cmd: list[str], *, timeout: float, cwd: str | None = None) -> RunOutput:
-    """Run ``cmd``; a timeout raises :class:`MemschedError` naming the command."""
+    """Run ``cmd``; a timeout raises :class:`MemschedError` naming the command.
+
+    Its output goes to files, not pipes: QEMU writes its console without blocking and drops what a full
+    pipe does not take, which cut long outputs off when this process was slow to read (a loaded machine).
+    """
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                              errors="replace", stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise MemschedError(f"'{os.path.basename(cmd[0])}' did not finish within {timeout:g} s") from None
-    return RunOutput(proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - t0)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.run(cmd, stdout=out, stderr=err, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise MemschedError(f"'{os.path.basename(cmd[0])}' did not finish within {timeout:g} s") from None
+        text = []
+        for f in (out, err):
+            f.seek(0)
+            text.append(f.read().decode("utf-8", "replace"))
+    return RunOutput(proc.returncode, text[0], text[1], time.perf_counter() - t0)
