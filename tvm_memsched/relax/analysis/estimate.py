@@ -93,8 +93,8 @@ def inplace_estimate(value, op, sizes: dict) -> list:
     return []
 
 
-def estimated_peak(mod, time_limit: float = 2.0) -> int:
-    """Our scheduler's peak for ``mod``'s ``main`` dataflow block with the overlaps of
+def estimated_peak(mod, time_limit: float = 2.0, method: str = "auto") -> int:
+    """Our scheduler's (``method``) peak for ``mod``'s ``main`` dataflow block with the overlaps of
     :func:`inplace_estimate` (program order if it cannot be scheduled)."""
     from ...core.graph import Graph
     from ...core.simulate import peak_bytes
@@ -115,6 +115,6 @@ def estimated_peak(mod, time_limit: float = 2.0) -> int:
     except Exception:  # noqa: BLE001 - a declaration the graph refuses: estimate without overlaps
         pass
     try:
-        return schedule(g, "auto", time_limit=time_limit).peak_bytes
+        return schedule(g, method, time_limit=time_limit).peak_bytes
     except Exception:  # noqa: BLE001 - a scheduler failure must not hide the estimate: program order
         return peak_bytes(g, [op.name for op in g.ops])
