@@ -406,6 +406,8 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
 #: rounds of the iterated alias-first greedy (swiftnet_like: 516,096 -> 445,568 B, which as CP-SAT's hint
 #: cuts its proof of the 378,176 B optimum from 0.35 s to 0.04 s)
 _ITERATIONS = 20
+#: and at most this long in all (timm's DenseNet-121: ~1,100 buffers, about a second per run)
+_ITERATION_SECONDS = 0.25
 
 #: how far an in-place chain may spread (times its largest buffer) before the group placement cuts it
 _SPREADS = (1.0, 1.1, 1.5, float("inf"))
@@ -427,7 +429,10 @@ def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -
     runs = len(_ORDERS)
     if best[1] > lb:              # iterated: the buffers that reach the top of the last placement go first
         order = sorted(range(len(items)), key=lambda i: _ORDERS["length"](items[i]))
+        t_iter = time.perf_counter()
         for _ in range(_ITERATIONS):
+            if time.perf_counter() - t_iter > _ITERATION_SECONDS:     # each run is quadratic in the buffers
+                break
             for reserve in (False, True):
                 offs, top = _greedy_alias(items, pairs, order, reserve)
                 runs += 1
