@@ -83,20 +83,28 @@ class Deadline:
 
     #: conversion used by :meth:`deterministic` (roughly what one second buys on one core)
     WORK_PER_SECOND = 200
+    #: a work budget also stops after this many times its seconds of wall clock: a unit of work grows with
+    #: the graph (a random 2,000-operator DAG with every unread tensor an output spent 76 s of wall clock in
+    #: 5 s worth of work); only a search that hits this backstop can differ between runs
+    BACKSTOP_FACTOR = 3.0
 
     def __init__(self, seconds: float | None = None, *, work: float | None = None,
-                 parent: "Deadline | None" = None):
+                 parent: "Deadline | None" = None, backstop: float | None = None):
         self.start = time.perf_counter()
         self.seconds = seconds
         self.end = None if seconds is None else self.start + max(0.0, seconds)
         self.work = None if work is None else max(0, int(work))
+        self.backstop = None if backstop is None else self.start + max(0.0, backstop)
         self.used = 0
         self.parent = parent
 
     @classmethod
     def deterministic(cls, seconds: float | None) -> "Deadline":
-        """A work budget worth about ``seconds`` of search (None: unlimited)."""
-        return cls(None, work=None if seconds is None else seconds * cls.WORK_PER_SECOND)
+        """A work budget worth about ``seconds`` of search (None: unlimited), with a wall-clock backstop
+        (:data:`BACKSTOP_FACTOR`)."""
+        if seconds is None:
+            return cls(None)
+        return cls(None, work=seconds * cls.WORK_PER_SECOND, backstop=seconds * cls.BACKSTOP_FACTOR)
 
     def _chain(self):
         d = self
@@ -117,9 +125,9 @@ class Deadline:
             d.used += 1
             if d.work is not None and d.used > d.work:
                 hit = True
-            if d.end is not None:
+            if d.end is not None or d.backstop is not None:
                 now = time.perf_counter() if now is None else now
-                hit = hit or now >= d.end
+                hit = hit or (d.end is not None and now >= d.end) or (d.backstop is not None and now >= d.backstop)
         return hit
 
     def charge(self, seconds: float) -> None:
