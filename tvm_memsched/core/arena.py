@@ -341,7 +341,7 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
 
     Every offset is a multiple of ``alignment`` and every buffer occupies its size
     rounded up to it. ``exact=True`` adds a CP-SAT search (needs OR-Tools) within
-    ``time_limit`` seconds.
+    ``time_limit`` seconds, for at most :data:`EXACT_MAX_BUFFERS` buffers.
     """
     if alignment < 1:
         raise MemschedError(f"alignment must be a positive number of bytes, got {alignment}")
@@ -389,7 +389,7 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
             break
     proven = top <= lb
     stats = {"greedy_runs": tried, "iterations": it}
-    if exact and not proven:
+    if exact and not proven and len(items) <= EXACT_MAX_BUFFERS:
         res = _cpsat(items, top, lb, time_limit, offs, unit=alignment)
         if res is not None:
             o3, t3, opt = res
@@ -408,6 +408,10 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
 _ITERATIONS = 20
 #: and at most this long in all (each run is quadratic in the buffers)
 _ITERATION_SECONDS = 0.25
+
+#: CP-SAT is not tried above this many buffers: its model grows with the pairs of boxes (a random 10,000-operator
+#: DAG: ArenaPlanMemory took the compiler from 0.86 to 2.1 GB resident; at 20,000 the compile ran out of 24 GB)
+EXACT_MAX_BUFFERS = 3000
 
 #: CP-SAT's wall-clock limit, in multiples of its (deterministic) time limit
 _WALL_FACTOR = 2.0
@@ -463,7 +467,7 @@ def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -
     proven = top <= lb
     stats = {"greedy_runs": runs, "aliases": len(pairs),
              "aliases_taken": sum(1 for p, c, rel in pairs if offs[c] - offs[p] == rel)}
-    if exact and not proven:
+    if exact and not proven and len(items) <= EXACT_MAX_BUFFERS:
         res = _cpsat(items, top, lb, time_limit, offs, pairs=pairs, unit=alignment)
         if res is not None:
             o3, t3, opt = res
