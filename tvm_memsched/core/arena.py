@@ -295,6 +295,13 @@ def _greedy_groups(items: list[tuple], groups: list[list[tuple[int, int]]], orde
     return offsets, top
 
 
+def _top_first(items: list[tuple], order: list[int], offs: dict, top: int) -> list[int]:
+    """``order`` with the buffers that reach ``top`` in placement ``offs`` moved to the front (iterated greedy)."""
+    hot = [i for i in order if items[i][0] and offs[i] + items[i][0] == top]
+    first = set(hot)
+    return hot + [i for i in order if i not in first]
+
+
 def _greedy(items: list[tuple], order: list[int], best_fit: bool) -> tuple[dict[int, int], int]:
     """Place items (size, start, end) in ``order``; returns (offset per item index, arena size)."""
     placed: list[tuple[int, int, int, int]] = []  # (offset, end_offset, start, end)
@@ -376,9 +383,7 @@ def plan_arena(buffers: Iterable[Buffer], alignment: int = 64, *, exact: bool = 
     it = 0
     while top > lb and it < iterations and (time_limit is None or time.perf_counter() - start_t < time_limit):
         it += 1
-        culprits = [i for i in order if items[i][0] and offs[i] + items[i][0] == top]
-        rest = [i for i in order if i not in set(culprits)]
-        new_order = culprits + rest
+        new_order = _top_first(items, order, offs, top)
         if new_order == order:
             break
         o2, t2 = _greedy(items, new_order, best_fit)
@@ -447,8 +452,7 @@ def _plan_alias(bufs, items, pairs, lb, alignment, exact, time_limit, start_t) -
                     best = (offs, top, f"greedy-iterated-alias-first-fit{'-reserve' if reserve else ''}")
             if best[1] <= lb:
                 break
-            hot = [i for i in order if items[i][0] and offs[i] + items[i][0] == top]
-            order = hot + [i for i in order if i not in set(hot)]
+            order = _top_first(items, order, offs, top)
     for spread in _SPREADS:                               # in-place chains placed as rigid groups
         if best[1] <= lb:
             break
