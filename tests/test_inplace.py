@@ -58,6 +58,22 @@ def test_bad_declarations_are_named():
         Graph([("x", 4), ("y", 4)], [Op("f", ["x"], ["y"], inplace=[("y", "x", -1)])], ["x"], ["y"])
 
 
+def test_bad_buffer_aliases_are_named():
+    from tvm_memsched.core.errors import MemschedError
+
+    cases = [([Buffer("a", 8, 0, 1, alias=("z", 0))], "unknown buffer z"),
+             ([Buffer("a", 8, 0, 1), Buffer("b", 8, 1, 2, alias=("a", 4))], "offset 4 above"),
+             ([Buffer("a", 8, 0, 1), Buffer("b", 8, 1, 2, alias=("a", 0)), Buffer("c", 8, 1, 2, alias=("a", 0))],
+              "taken over by two"),
+             ([Buffer("a", 8, 0, 2), Buffer("b", 8, 1, 2, alias=("a", 0))], "does not die at step 1"),
+             ([Buffer("a", 8, 0, 1), Buffer("b", 8, 1, 1, alias=("a", 0)), Buffer("c", 8, 1, 2, alias=("b", 0))],
+              "b lives only at step 1, where it takes over a and is taken over by c")]
+    for bufs, message in cases:
+        for f in (plan_arena, live_peak):
+            with pytest.raises(MemschedError, match=message):
+                f(bufs)
+
+
 def test_json_round_trip_keeps_declarations():
     g = residual_block()
     d = graph_to_dict(g)
@@ -175,3 +191,37 @@ def test_exact_plans_are_aligned(go):
     plan = plan_arena(bufs, alignment=16, exact=True, time_limit=0.5)
     assert all(o % 16 == 0 for o in plan.offsets.values())
     assert check_plan(bufs, plan.offsets, 16) == plan.size
+
+
+def random_lifetimes(rng, n, steps):
+    """``n`` buffers over ``steps`` steps, a few living to the end, some taking over a parent that dies."""
+    bufs, dying = [], {}
+    for i in range(n):
+        s = rng.randrange(steps)
+        e = steps - 1 if rng.random() < 0.05 else min(steps - 1, s + int(rng.expovariate(0.2)))
+        alias = None
+        parent = dying.get(s)
+        if parent is not None and rng.random() < 0.5:
+            alias = (parent, -rng.choice([0, 64, 128]))
+            del dying[s]
+        bufs.append(Buffer(f"b{i}", rng.choice([0, 64, 100, 1000, 4096]), s, e, alias))
+        if e > s or alias is None:      # a one-step buffer that takes over cannot be taken over
+            dying.setdefault(e, f"b{i}")
+    return bufs
+
+
+@pytest.mark.parametrize("aliased", [False, True])
+def test_large_plans_scan_in_numpy_and_place_as_the_python_scan(monkeypatch, aliased):
+    """Above ``_FEW`` buffers the greedies scan their placed buffers in numpy; the plans are the same."""
+    import tvm_memsched.core.arena as arena
+
+    rng = random.Random(5)
+    bufs = random_lifetimes(rng, 700, 40)
+    if not aliased:
+        bufs = [Buffer(b.name, b.size, b.start, b.end) for b in bufs]
+    assert any(b.alias for b in bufs) == aliased and len(bufs) > arena._FEW
+    plan = plan_arena(bufs, alignment=64, time_limit=None)
+    assert check_plan(bufs, plan.offsets, 64) == plan.size >= live_peak(bufs, 64)
+    monkeypatch.setattr(arena, "_FEW", len(bufs))
+    again = plan_arena(bufs, alignment=64, time_limit=None)
+    assert (again.offsets, again.size, again.method) == (plan.offsets, plan.size, plan.method)

@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
+
 from .errors import MemschedError
 
 __all__ = ["Buffer", "ArenaPlan", "plan_arena", "live_peak", "check_plan", "buffers_from_schedule"]
@@ -91,7 +93,8 @@ def _pairs(bufs: list[Buffer], alignment: int) -> list[tuple[int, int, int]]:
     """Declared in-place pairs ``(parent index, child index, rel)``, ``rel`` rounded down to the alignment.
 
     Raises MemschedError on an alias to an unknown buffer, a positive ``rel``, a
-    buffer taken over twice, or a child not born at the step its parent dies.
+    buffer taken over twice, a child not born at the step its parent dies, or a
+    buffer that lives one step and both takes over and is taken over.
     """
     index = {b.name: i for i, b in enumerate(bufs)}
     out, taken = [], set()
@@ -108,6 +111,10 @@ def _pairs(bufs: list[Buffer], alignment: int) -> list[tuple[int, int, int]]:
             raise MemschedError(f"buffer {pname} is taken over by two buffers")
         if bufs[p].end != b.start or p == c:
             raise MemschedError(f"buffer {b.name} takes over {pname}, which does not die at step {b.start}")
+        if bufs[p].alias is not None and bufs[p].start == bufs[p].end:
+            # no operator both writes and reads one buffer: a chain through it would put three buffers at a step
+            raise MemschedError(f"buffer {pname} lives only at step {b.start}, where it takes over "
+                                f"{bufs[p].alias[0]} and is taken over by {b.name}")
         taken.add(p)
         if bufs[p].size and b.size:
             out.append((p, c, (rel // alignment) * alignment))
@@ -180,6 +187,77 @@ def _declared_overlap(a: Buffer, oa: int, b: Buffer, ob: int, declared: dict) ->
     return False
 
 
+class _Placed:
+    """The buffers a greedy has placed: which of them share a step with a lifetime.
+
+    Every placement asks this for every buffer. A scan in Python made each greedy run quadratic (a random
+    10,000-operator DAG spent minutes per run); above :data:`_FEW` buffers the scan runs in numpy instead,
+    below it numpy's cost per call is the larger one. Both give the same answers.
+    """
+
+    __slots__ = ("rows", "cols", "n")
+
+    def __init__(self, capacity: int):
+        self.n = 0
+        self.rows: list | None = [] if capacity <= _FEW else None     # (start, end, offset, end offset, index)
+        self.cols = None if capacity <= _FEW else np.empty((5, capacity), np.int64)
+
+    def add(self, i: int, s: int, e: int, off: int, off_end: int) -> None:
+        if self.rows is not None:
+            self.rows.append((s, e, off, off_end, i))
+        else:
+            self.cols[:, self.n] = (s, e, off, off_end, i)
+        self.n += 1
+
+    def live(self, s: int, e: int) -> tuple:
+        """``(offsets, end offsets, indices)`` of the placed buffers whose lifetimes meet ``[s, e]``."""
+        if self.rows is not None:
+            rows = [r for r in self.rows if r[0] <= e and s <= r[1]]
+            return [r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows]
+        start, end, off, off_end, index = self.cols[:, :self.n]
+        k = ((start <= e) & (end >= s)).nonzero()[0]
+        return off[k], off_end[k], index[k]
+
+
+#: up to this many buffers a greedy scans its placed buffers in Python, above it in numpy
+_FEW = 400
+
+
+def _fit(lo, hi, size: int, start: int = 0, best_fit: bool = False) -> int:
+    """Lowest offset ``x >= start`` (or, ``best_fit``, the one in the tightest gap) where ``[x, x + size)``
+    misses every interval ``[lo[k], hi[k])``; above all of them when no gap is wide enough.
+
+    ``lo`` and ``hi`` are lists or numpy arrays."""
+    if isinstance(lo, list):
+        best, best_gap, cur = None, None, start
+        for o, oe in sorted(zip(lo, hi)):
+            gap = o - cur
+            if gap >= size:
+                if not best_fit:
+                    return cur
+                if best_gap is None or gap < best_gap:
+                    best, best_gap = cur, gap
+            cur = max(cur, oe)
+        return cur if best is None else best
+    if not len(lo):
+        return start
+    order = np.argsort(lo, kind="stable")
+    cur = np.maximum.accumulate(np.concatenate(([start], hi[order])))   # cur[k]: the top of intervals < k
+    gaps = lo[order] - cur[:-1]
+    fits = gaps >= size
+    if not fits.any():
+        return int(cur[-1])
+    k = int(np.argmin(np.where(fits, gaps, np.iinfo(np.int64).max))) if best_fit else int(np.argmax(fits))
+    return int(cur[k])
+
+
+def _meeting(lo, hi, index, a: int, b: int) -> list[int]:
+    """Indices of the intervals ``[lo[k], hi[k])`` that meet ``[a, b)`` (lists or numpy arrays)."""
+    if isinstance(lo, list):
+        return [q for o, oe, q in zip(lo, hi, index) if o < b and oe > a]
+    return index[(lo < b) & (hi > a)].tolist()
+
+
 def _greedy_alias(items: list[tuple], pairs: list[tuple], order: list[int],
                   reserve: bool = False) -> tuple[dict[int, int], int]:
     """First-fit placement that puts a buffer over its in-place partner whenever that position is free.
@@ -191,7 +269,7 @@ def _greedy_alias(items: list[tuple], pairs: list[tuple], order: list[int],
     for p, c, rel in pairs:
         partner.setdefault(c, []).append((p, rel))
         partner.setdefault(p, []).append((c, -rel))
-    placed: list[tuple[int, int, int, int, int]] = []  # (offset, end_offset, start, end, index)
+    placed = _Placed(len(items))
     offsets: dict[int, int] = {}
     top = 0
     for i in order:
@@ -199,28 +277,19 @@ def _greedy_alias(items: list[tuple], pairs: list[tuple], order: list[int],
         if size == 0:
             offsets[i] = 0
             continue
-        busy = [(o, oe, j) for o, oe, ps, pe, j in placed if ps <= e and s <= pe]
+        lo, hi, index = placed.live(s, e)
         mine = dict(partner.get(i, ()))
         best = None
         for j, d in sorted(mine.items()):
             if j not in offsets or offsets[j] + d < 0:
                 continue
             x = offsets[j] + d
-            if all(oe <= x or x + size <= o or (q in mine and x == offsets[q] + mine[q]) for o, oe, q in busy):
+            if all(q in mine and x == offsets[q] + mine[q] for q in _meeting(lo, hi, index, x, x + size)):
                 best = x if best is None else min(best, x)
         if best is None:
-            cur = 0
-            if i in room and room[i][0] not in offsets:
-                cur = room[i][1]
-            for o, oe, _q in sorted(busy):
-                if oe <= cur:
-                    continue
-                if o - cur >= size:
-                    break
-                cur = max(cur, oe)
-            best = cur
+            best = _fit(lo, hi, size, room[i][1] if i in room and room[i][0] not in offsets else 0)
         offsets[i] = best
-        placed.append((best, best + size, s, e, i))
+        placed.add(i, s, e, best, best + size)
         top = max(top, best + size)
     return offsets, top
 
@@ -246,16 +315,18 @@ def _chains(items: list[tuple], pairs: list[tuple], spread: float = float("inf")
         if i in has_parent:
             continue
         group, off, j = [(i, 0)], 0, i
+        low, high, big = 0, items[i][0], items[i][0]          # the group's extent and largest member
         while j in child:
             j, rel = child[j]
             off += rel
-            grown = group + [(j, off)]
-            span = max(o + items[k][0] for k, o in grown) - min(o for _k, o in grown)
-            if span > spread * max(items[k][0] for k, _o in grown):
+            size = items[j][0]
+            if max(high, off + size) - min(low, off) > spread * max(big, size):
                 close(group)
                 group, off = [(j, 0)], 0
+                low, high, big = 0, size, size
             else:
-                group = grown
+                group.append((j, off))
+                low, high, big = min(low, off), max(high, off + size), max(big, size)
         close(group)
     return groups
 
@@ -265,7 +336,7 @@ def _greedy_groups(items: list[tuple], groups: list[list[tuple[int, int]]], orde
     """First-fit placement of rigid groups (:func:`_chains`) in ``order``: the lowest offset where no member
     overlaps a placed buffer live at the same time (members of one group may overlap each other at the
     step they share: that is the in-place overlap)."""
-    placed: list[tuple[int, int, int, int]] = []     # (offset, end offset, start, end)
+    placed = _Placed(len(items))
     offsets: dict[int, int] = {}
     top = 0
     for g in order:
@@ -274,23 +345,20 @@ def _greedy_groups(items: list[tuple], groups: list[list[tuple[int, int]]], orde
             offsets[j] = 0
         if not members:
             continue
-        near = [[(po, poe) for po, poe, ps, pe in placed if ps <= items[j][2] and items[j][1] <= pe]
-                for j, _o in members]
-        x = 0
-        moved = True
-        while moved:
-            moved = False
-            for (j, o), busy in zip(members, near):
-                lo, hi = x + o, x + o + items[j][0]
-                for po, poe in busy:
-                    if po < hi and lo < poe:
-                        x, moved = poe - o, True
-                        break
-                if moved:
-                    break
+        # the group's offset x is barred where a member at x + o meets a placed buffer: po - o - size < x < poe - o
+        lo, hi = [], []
+        for j, o in members:
+            plo, phi, _ = placed.live(items[j][1], items[j][2])
+            if placed.rows is not None:
+                lo += [v - (o + items[j][0] - 1) for v in plo]
+                hi += [v - o for v in phi]
+            else:
+                lo.append(plo - (o + items[j][0] - 1))
+                hi.append(phi - o)
+        x = _fit(lo, hi, 1) if placed.rows is not None else _fit(np.concatenate(lo), np.concatenate(hi), 1)
         for j, o in members:
             offsets[j] = x + o
-            placed.append((x + o, x + o + items[j][0], items[j][1], items[j][2]))
+            placed.add(j, items[j][1], items[j][2], x + o, x + o + items[j][0])
             top = max(top, x + o + items[j][0])
     return offsets, top
 
@@ -304,7 +372,7 @@ def _top_first(items: list[tuple], order: list[int], offs: dict, top: int) -> li
 
 def _greedy(items: list[tuple], order: list[int], best_fit: bool) -> tuple[dict[int, int], int]:
     """Place items (size, start, end) in ``order``; returns (offset per item index, arena size)."""
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end_offset, start, end)
+    placed = _Placed(len(items))
     offsets: dict[int, int] = {}
     top = 0
     for i in order:
@@ -312,25 +380,11 @@ def _greedy(items: list[tuple], order: list[int], best_fit: bool) -> tuple[dict[
         if size == 0:
             offsets[i] = 0
             continue
-        busy = sorted((o, oe) for o, oe, ps, pe in placed if ps <= e and s <= pe)
-        best_off, best_gap = None, None
-        cur = 0
-        for o, oe in busy:
-            if o > cur:
-                gap = o - cur
-                if gap >= size:
-                    if not best_fit:
-                        best_off = cur
-                        break
-                    if best_gap is None or gap < best_gap:
-                        best_off, best_gap = cur, gap
-            if oe > cur:
-                cur = oe
-        if best_off is None:
-            best_off = cur
-        offsets[i] = best_off
-        placed.append((best_off, best_off + size, s, e))
-        top = max(top, best_off + size)
+        lo, hi, _ = placed.live(s, e)
+        off = _fit(lo, hi, size, best_fit=best_fit)
+        offsets[i] = off
+        placed.add(i, s, e, off, off + size)
+        top = max(top, off + size)
     return offsets, top
 
 
