@@ -687,3 +687,54 @@ def test_widen_float16_stores_float32_weights(tmp_path):
     assert "tms_conv_f32h" not in open(wide.files["kernels"]).read()
     r = micro.run_host(wide)
     assert r.ok, r.summary()
+
+
+# ------------------------------------------------------------------ int8 weights (tms_*_f32b: hybrid models)
+@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
+def test_int8_weight_convolutions_equal_the_float_ones_on_the_widened_weights(lib, depthwise):
+    rng = np.random.default_rng(53 + depthwise)
+    for case in range(30):
+        d, x, w, bias, res = float_conv_case(rng, depthwise)
+        w8 = rng.integers(-128, 128, w.shape).astype(np.int8)
+        want = run_float_conv(lib, d, x, w8.astype(np.float32), bias, res, True)
+        prm = ConvF(**nn._convf_params(d, True))
+        y = np.zeros(want.size, np.float32)
+        fn = lib.tms_dwconv_f32b if depthwise else lib.tms_conv_f32b
+        null = ctypes.c_void_p(None)
+        fn(ctypes.byref(prm), ptr(np.ascontiguousarray(x)), ptr(w8), ptr(bias) if bias is not None else null,
+           ptr(res) if res is not None else null, ptr(y))
+        assert np.array_equal(y.reshape(want.shape).view(np.uint32), want.view(np.uint32)), (case, d)
+
+
+def test_int8_weight_dense_reads_every_int8_value(lib):
+    w = np.arange(-128, 128, dtype=np.int8).reshape(256, 1)
+    d = {"op": "dense_f32", "x": [1, 1], "w": [256, 1], "y": [1, 256], "has_bias": True, "residual": False,
+         "lo": None, "hi": None}
+    prm = FcF(**nn._fcf_params(d, True))
+    y = np.zeros(256, np.float32)
+    bias = np.full(256, 0.25, np.float32)
+    lib.tms_fc_f32b(ctypes.byref(prm), ptr(np.full(1, 2.0, np.float32)), ptr(w), ptr(bias), ctypes.c_void_p(None),
+                    ptr(y))
+    assert np.array_equal(y, 2.0 * np.arange(-128, 128, dtype=np.float32) + 0.25)
+
+
+@pytest.mark.parametrize("kernels", ["fast", "tvm"])
+def test_hybrid_models_keep_int8_weights_in_flash_and_match_litert(kernels, tmp_path):
+    """A dynamic-range quantized DS-CNN: int8 weights in flash (under 0.35x the float32 build's constants),
+    the host run of the exported C equal to TVM and bit-identical to LiteRT's reference kernels."""
+    from tvm_memsched import micro, zoo
+    from tvm_memsched.micro.sidebyside import check_against_tflite, tflm_refuses
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+
+    buf = zoo.tflite("ds_cnn", "hybrid")
+    assert tflm_refuses(buf)
+    exp8 = micro.export(from_tflite_bytes(buf), "mps2-an386", str(tmp_path / "h"), measure=False, kernels=kernels)
+    exp32 = micro.export(from_tflite_bytes(float_models()["ds_cnn"]), "mps2-an386", str(tmp_path / "f"),
+                         measure=False, kernels=kernels)
+    assert exp8.params_bytes < 0.35 * exp32.params_bytes
+    if kernels == "fast":
+        assert "tms_conv_f32b" in open(exp8.files["kernels"]).read()
+    r = micro.run_host(exp8)
+    assert r.ok, r.summary()
+    chk = check_against_tflite(buf, micro.default_inputs(exp8), r.outputs, tflm=False)
+    assert chk["ok"] and "tflm" not in chk, chk

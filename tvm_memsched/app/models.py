@@ -15,7 +15,8 @@ take:
 ``zoo:NAME`` is a network of :mod:`tvm_memsched.zoo` (float32);
 ``zoo:NAME:int8`` its full-integer variant where the target takes one (graphs
 and ``.tflite``), ``zoo:NAME:float16`` its ``.tflite`` with float16 weights
-(widened by ``DEQUANTIZE``; float32 activations, so its graph is the float32 one). ``--input-shape NAME=1x3x224x224`` (:func:`parse_input_shapes`)
+(widened by ``DEQUANTIZE``; float32 activations, so its graph is the float32 one), ``zoo:NAME:hybrid``
+its dynamic-range quantized ``.tflite`` (int8 weights read by float operators). ``--input-shape NAME=1x3x224x224`` (:func:`parse_input_shapes`)
 sets the symbolic input dimensions an ``.onnx`` or ``.pt2`` file leaves open.
 Bad specs raise a one-line :class:`~tvm_memsched.core.errors.MemschedError`.
 
@@ -46,7 +47,7 @@ ZOO_PREFIX = "zoo:"
 #: model file extensions (besides graph JSON) the commands take
 MODEL_FILES = (".tflite", ".onnx", ".pt2")
 
-_DTYPES = ("float32", "float16", "int8")
+_DTYPES = ("float32", "float16", "hybrid", "int8")
 
 
 def parse_zoo_spec(spec: str) -> tuple[str, str] | None:
@@ -59,7 +60,8 @@ def parse_zoo_spec(spec: str) -> tuple[str, str] | None:
     parts = spec[len(ZOO_PREFIX):].split(":")
     name, dtype = parts[0], (parts[1] if len(parts) > 1 else "float32")
     if len(parts) > 2 or dtype not in _DTYPES:
-        raise InputFileError(f"bad zoo model spec '{spec}': use zoo:NAME, zoo:NAME:float16 or zoo:NAME:int8")
+        raise InputFileError(f"bad zoo model spec '{spec}': use zoo:NAME, zoo:NAME:float16, zoo:NAME:hybrid or "
+                             "zoo:NAME:int8")
     zoo.info(name)   # raises a clear error for unknown names
     return name, dtype
 
@@ -93,7 +95,7 @@ def _extension(spec: str) -> str:
 
 
 def is_tflite_spec(spec: str) -> bool:
-    """True if ``spec`` names a ``.tflite`` file or a zoo network as ``.tflite`` (``zoo:NAME[:int8|:float16]`` are both
+    """True if ``spec`` names a ``.tflite`` file or a zoo network as ``.tflite`` (``zoo:NAME[:int8|:float16|:hybrid]`` are both
     written as .tflite by the zoo; the float zoo networks only when a command asks for a .tflite)."""
     z = parse_zoo_spec(spec)
     return (z is not None and z[1] != "float32") or (z is None and _extension(spec) == ".tflite")
@@ -105,7 +107,7 @@ def is_model_file(spec: str) -> bool:
 
 
 def load_graph_spec(spec: str, input_shapes=None):
-    """The core Graph of a graph JSON, ``.tflite``, ``.onnx`` or ``.pt2`` file, or of ``zoo:NAME[:int8|:float16]``.
+    """The core Graph of a graph JSON, ``.tflite``, ``.onnx`` or ``.pt2`` file, or of ``zoo:NAME[:int8|:float16|:hybrid]``.
 
     ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
     """
@@ -128,7 +130,7 @@ def load_graph_spec(spec: str, input_shapes=None):
 
 
 def load_relax_spec(spec: str, input_shapes=None):
-    """``(IRModule, name)`` of a ``.tflite``, ``.onnx`` or ``.pt2`` file or of ``zoo:NAME[:int8|:float16]``.
+    """``(IRModule, name)`` of a ``.tflite``, ``.onnx`` or ``.pt2`` file or of ``zoo:NAME[:int8|:float16|:hybrid]``.
 
     ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
     """
@@ -158,7 +160,7 @@ def load_relax_spec(spec: str, input_shapes=None):
 
 
 def load_tflite_spec(spec: str):
-    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` file or ``zoo:NAME[:int8|:float16]``."""
+    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` file or ``zoo:NAME[:int8|:float16|:hybrid]``."""
     from ..tflite.reader import read_tflite
 
     z = parse_zoo_spec(spec)

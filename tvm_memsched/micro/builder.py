@@ -424,13 +424,13 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         mod_ours = _tvm_call(lambda: convolutions_to(mod_ours, conv_layout.rstrip("?"),
                                                      boundary_only=conv_layout.endswith("?"))[0],
                              "the convolution layout")
-    from ..relax.passes.float_kernels import lower_float, widens_half
+    from ..relax.passes.float_kernels import lower_float, widened_types
 
-    # float convolutions as described kernels (TVM's floats); with float16 weights also for TVM's kernels,
-    # which then read the weights float16 too
-    half = keep_float16 and "main" in [g.name_hint for g in mod_ours.get_global_vars()] \
-        and widens_half(mod_ours["main"])
-    if ours and (kernels != "tvm" or half):
+    # float convolutions as described kernels (TVM's floats); with float16 or int8 weights also for TVM's
+    # kernels, which then read the weights narrow too
+    narrow = keep_float16 and "main" in [g.name_hint for g in mod_ours.get_global_vars()] \
+        and widened_types(mod_ours["main"]) & {"float16", "int8"}
+    if ours and (kernels != "tvm" or narrow):
         t_f = time.perf_counter()
         mod_ours = _tvm_call(lambda: lower_float(mod_ours, keep_half=keep_float16)[0], "float kernels")
         seconds["float"] = time.perf_counter() - t_f

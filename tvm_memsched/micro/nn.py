@@ -395,15 +395,17 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         dense = op == "dense_f32"
         head.append(_struct("tms_fcf_t" if dense else "tms_convf_t", var,
                             _fcf_params(d, kernel.fma) if dense else _convf_params(d, kernel.fma)))
-        half = d.get("weights") == "float16"       # weights and bias kept float16: the f32h functions
-        wt = "const uint16_t*" if half else "const float*"
+        # weights (and biases) kept float16: the f32h functions; int8 weights, float32 biases: f32b
+        wt, bt, suffix = {"float16": ("const uint16_t*", "const uint16_t*", "h"),
+                          "int8": ("const int8_t*", "const float*", "b")}.get(d.get("weights"),
+                                                                             ("const float*", "const float*", ""))
         k = 2
-        bias = _arg(k, wt) if d["has_bias"] else "NULL"
+        bias = _arg(k, bt) if d["has_bias"] else "NULL"
         k += int(d["has_bias"])
         res = _arg(k, "const float*") if d["residual"] else "NULL"
         k += int(d["residual"])
         fn = {"conv2d_f32": "tms_conv_f32", "depthwise_conv2d_f32": "tms_dwconv_f32", "dense_f32": "tms_fc_f32"}[op]
-        body.append(f"  {fn}{'h' if half else ''}(&{var}, {_arg(0, 'const float*')}, {_arg(1, wt)}, {bias}, {res}, "
+        body.append(f"  {fn}{suffix}(&{var}, {_arg(0, 'const float*')}, {_arg(1, wt)}, {bias}, {res}, "
                     f"{_arg(k, 'float*')});")
     elif op == "lut":
         head = head[:1]

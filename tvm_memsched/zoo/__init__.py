@@ -51,7 +51,8 @@ def graph_json(name: str, dtype: str = "float32", indent: int | None = None) -> 
 
 
 def tflite(name: str, dtype: str = "float32", path: str | os.PathLike | None = None, *, seed: int = 0) -> bytes:
-    """The ``.tflite`` bytes of zoo model ``name`` (float32 or full-integer int8); also written to ``path`` if given."""
+    """The ``.tflite`` bytes of zoo model ``name`` (``dtype``: float32, float16, hybrid or int8; see
+    :func:`.to_tflite.net_to_tflite`); also written to ``path`` if given."""
     from .to_tflite import net_to_tflite
 
     buf = net_to_tflite(get_net(name), dtype, seed=seed)

@@ -1,5 +1,5 @@
-"""Write a zoo :class:`~tvm_memsched.zoo.netdef.Net` as a ``.tflite`` flatbuffer (float32, float16 weights or full
-int8).
+"""Write a zoo :class:`~tvm_memsched.zoo.netdef.Net` as a ``.tflite`` flatbuffer (float32, float16 weights,
+dynamic-range (hybrid) or full int8).
 
 Layout is NHWC: activations ``(1, H, W, C)``, convolution filters OHWI,
 depthwise filters ``(1, kh, kw, C)``, dense weights ``(units, in)``. Operators
@@ -25,6 +25,12 @@ upsample_nearest              RESIZE_NEAREST_NEIGHBOR (half-pixel off)
 Windows must use ``SAME`` or ``VALID`` padding as TFLite defines them (the zoo's
 default ``"same"`` is exactly TFLite's ``SAME``). Convolutions always get a
 bias tensor (zeros when the layer has none): LiteRT requires one.
+
+For ``dtype="hybrid"`` (TFLite's dynamic-range quantization: the converter's ``optimizations=[DEFAULT]``
+without a representative dataset) convolution, depthwise and dense weights are int8 (symmetric, per output
+channel), biases and activations float32: the operators read the int8 weights directly and quantize their
+input on the fly (dense layers asymmetrically: ``asymmetric_quantize_inputs``, as today's converter writes
+them).
 
 For ``dtype="int8"`` the model is fully integer (int8 input and output) with
 the parameters of :mod:`.quant`: per-tensor activation scales from a
@@ -61,6 +67,10 @@ _VERSIONS = {
     "FULLY_CONNECTED": (1, 4), "STRIDED_SLICE": (1, 2), "RESIZE_NEAREST_NEIGHBOR": (1, 2),
 }
 
+# ... and for operators reading int8 weights from float inputs (dynamic-range quantization, per-channel
+# weights; fully connected with asymmetric_quantize_inputs, as the converter writes them)
+_HYBRID_VERSIONS = {"CONV_2D": 5, "DEPTHWISE_CONV_2D": 6, "FULLY_CONNECTED": 12}
+
 
 def nchw_to_nhwc(x: np.ndarray) -> np.ndarray:
     """Transpose a 4-D NCHW array to NHWC (other ranks are returned unchanged)."""
@@ -88,7 +98,8 @@ def tflite_padding(layer: Layer, in_shape) -> str:
 
 
 class _Writer:
-    def __init__(self, net: Net, weights: Mapping[str, np.ndarray], qp: Mapping | None, half: bool = False):
+    def __init__(self, net: Net, weights: Mapping[str, np.ndarray], qp: Mapping | None, half: bool = False,
+                 hybrid: bool = False):
         from ..tflite import builder
 
         self.bld = builder
@@ -96,6 +107,7 @@ class _Writer:
         self.net, self.w, self.qp = net, weights, qp
         self.int8 = qp is not None
         self.half = half
+        self.hybrid = hybrid
         self.mb = builder.ModelBuilder(description=f"tvm_memsched zoo: {net.name}")
         self.index: dict[str, int] = {}
 
@@ -121,6 +133,13 @@ class _Writer:
         b = np.zeros(out_ch, np.float32) if b is None else np.asarray(b, np.float32)
         if self.half:          # float16 constants, widened by DEQUANTIZE (the converter's float16 quantization)
             return tuple(self.widened(f"{layer.name}/{what}", a) for what, a in (("weight", w_tfl), ("bias", b)))
+        if self.hybrid:        # int8 weights read by the float operator, float32 bias
+            from .quant import quantize_symmetric
+
+            q, sc = quantize_symmetric(w_tfl, 0 if channel_axis is None else channel_axis)
+            wi = self.mb.tensor(f"{layer.name}/weight", q.shape, np.int8, data=q, scale=sc,
+                                zero_point=[0] * len(sc), quantized_dimension=channel_axis or 0)
+            return wi, self.mb.tensor(f"{layer.name}/bias", b.shape, np.float32, data=b)
         if not self.int8:
             wi = self.mb.tensor(f"{layer.name}/weight", w_tfl.shape, np.float32, data=w_tfl)
             bi = self.mb.tensor(f"{layer.name}/bias", b.shape, np.float32, data=b)
@@ -151,7 +170,9 @@ class _Writer:
         tfl = self.tfl
         code = getattr(tfl.BuiltinOperator, name)
         otype = getattr(tfl.BuiltinOptions, opt_name) if opt_name else tfl.BuiltinOptions.NONE
-        self.mb.op(code, inputs, [out], otype, opt, version=version or _VERSIONS[name][self.int8])
+        if version is None:
+            version = _HYBRID_VERSIONS[name] if self.hybrid and name in _HYBRID_VERSIONS else _VERSIONS[name][self.int8]
+        self.mb.op(code, inputs, [out], otype, opt, version=version)
 
     def fused(self, act):
         A = self.tfl.ActivationFunctionType
@@ -210,6 +231,7 @@ class _Writer:
             wi, bi = self.weights(l, w, None, a["units"])
             opt = tfl.FullyConnectedOptionsT()
             opt.fusedActivationFunction = self.fused(a["act"])
+            opt.asymmetricQuantizeInputs = self.hybrid
             self.op("FULLY_CONNECTED", ins + [wi, bi], self.act(l), "FullyConnectedOptions", opt)
         elif l.op == "strided_slice":
             perm = (0, 2, 3, 1)
@@ -242,24 +264,25 @@ def net_to_tflite(net: Net, dtype: str = "float32", *, weights: Mapping[str, np.
 
     Parameters
     ----------
-    dtype : ``"float32"``, ``"float16"`` or ``"int8"``
+    dtype : ``"float32"``, ``"float16"``, ``"hybrid"`` or ``"int8"``
         ``"float16"``: float32 activations, weights and biases stored as float16 and widened by
         ``DEQUANTIZE`` operators (what TFLite's converter writes with float16 quantization, and MediaPipe's
-        models);
+        models); ``"hybrid"``: int8 weights read by float operators (dynamic-range quantization);
     weights : mapping, optional
         Float weights as produced by :meth:`Net.weights` (default: ``net.weights(seed)``).
     qparams : mapping, optional
         int8 only: ``layer -> (scale, zero_point)`` for every layer output
         (default: :func:`tvm_memsched.zoo.quant.activation_qparams`).
     """
-    if dtype not in ("float32", "float16", "int8"):
-        raise ValueError(f"dtype must be 'float32', 'float16' or 'int8', got {dtype!r}")
+    if dtype not in ("float32", "float16", "hybrid", "int8"):
+        raise ValueError(f"dtype must be 'float32', 'float16', 'hybrid' or 'int8', got {dtype!r}")
     if weights is None:
         weights = net.weights(seed)
     if dtype == "int8" and qparams is None:
         from .quant import activation_qparams
         qparams = activation_qparams(net, weights)
-    return _Writer(net, weights, qparams if dtype == "int8" else None, half=dtype == "float16").build()
+    return _Writer(net, weights, qparams if dtype == "int8" else None, half=dtype == "float16",
+                   hybrid=dtype == "hybrid").build()
 
 
 def write_tflite(net: Net, path: str | os.PathLike, dtype: str = "float32", **kwargs) -> int:

@@ -1189,8 +1189,9 @@ TMS_INLINE float tms_half(uint16_t h) {
 #endif
 }
 
-/* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...) and
- * float16 weights and biases (tms_conv_f32h, ...). */
+/* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...),
+ * float16 weights and biases (tms_conv_f32h, ...), and int8 weights with float32 biases (tms_conv_f32b, ...:
+ * dynamic-range quantized models, whose activations are integer-valued floats when they reach these). */
 #define TMS_CAT_(a, b) a##b
 #define TMS_CAT(a, b) TMS_CAT_(a, b)
 #define TMS_N(name) TMS_CAT(name, TMS_FSUF)
@@ -1199,16 +1200,36 @@ TMS_INLINE float tms_half(uint16_t h) {
 
 #define TMS_WT float
 #define TMS_W(v) (v)
+#define TMS_BT float
+#define TMS_B(v) (v)
 #define TMS_FSUF
 #include "tms_nn_float.inc"
 #undef TMS_WT
 #undef TMS_W
+#undef TMS_BT
+#undef TMS_B
 #undef TMS_FSUF
 
 #define TMS_WT uint16_t
 #define TMS_W(v) tms_half(v)
+#define TMS_BT uint16_t
+#define TMS_B(v) tms_half(v)
 #define TMS_FSUF h
 #include "tms_nn_float.inc"
 #undef TMS_WT
 #undef TMS_W
+#undef TMS_BT
+#undef TMS_B
+#undef TMS_FSUF
+
+#define TMS_WT int8_t
+#define TMS_W(v) ((float)(v))
+#define TMS_BT float
+#define TMS_B(v) (v)
+#define TMS_FSUF b
+#include "tms_nn_float.inc"
+#undef TMS_WT
+#undef TMS_W
+#undef TMS_BT
+#undef TMS_B
 #undef TMS_FSUF

@@ -115,6 +115,12 @@ void tms_dwconv_f32h(const tms_convf_t* p, const float* x, const uint16_t* w, co
                      const float* res, float* y);
 void tms_fc_f32h(const tms_fcf_t* p, const float* x, const uint16_t* w, const uint16_t* bias, const float* res,
                  float* y);
+/* ... and with int8 weights (converted exactly as they are read) and float32 biases */
+void tms_conv_f32b(const tms_convf_t* p, const float* x, const int8_t* w, const float* bias, const float* res,
+                   float* y);
+void tms_dwconv_f32b(const tms_convf_t* p, const float* x, const int8_t* w, const float* bias, const float* res,
+                     float* y);
+void tms_fc_f32b(const tms_fcf_t* p, const float* x, const int8_t* w, const float* bias, const float* res, float* y);
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))

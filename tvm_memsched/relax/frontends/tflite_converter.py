@@ -25,6 +25,9 @@
   lists each variable's state before and after the invocation with its
   initial value. int8 resource values pass as int8, like the other
   data-movement operators;
+* **dynamic-range quantized ("hybrid") CONV_2D, DEPTHWISE_CONV_2D and
+  FULLY_CONNECTED** (float input, int8 weights), which TVM refuses: the input
+  quantized on the fly as LiteRT does it (:mod:`.tflite_hybrid`);
 * **constant buffers stored after the flatbuffer** (``Buffer.offset`` /
   ``Buffer.size``, written by recent converters): read from the file bytes.
 
@@ -42,6 +45,7 @@ from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter as _TVMConverter
 
 from ..int8.params import act_range
+from .tflite_hybrid import HYBRID_OPS, hybrid_conv2d, hybrid_dense
 
 __all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS"]
 
@@ -55,6 +59,8 @@ MOVE_OPS = frozenset({"PAD", "PADV2", "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_
 RESOURCE_OPS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "VAR_HANDLE", "CALL_ONCE"})
 
 _ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
+#: float bounds of TFLite's fused activations
+_FLOAT_RANGES = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 
 
 class OperatorConverter(_TVMConverter):
@@ -69,6 +75,8 @@ class OperatorConverter(_TVMConverter):
             if name in self.convert_map:
                 self.convert_map[name] = self._same_quantization(name, self.convert_map[name])
         self.convert_map["PRELU"] = self.convert_prelu
+        for name in HYBRID_OPS:
+            self.convert_map[name] = self._or_hybrid(name, self.convert_map[name])
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         for name, convert in list(self.convert_map.items()):
@@ -92,6 +100,8 @@ class OperatorConverter(_TVMConverter):
 
         def inputs(op):
             tensors = tvm_inputs(op)
+            if self.is_hybrid(op, tensors):     # imported here: not TVM's refusal of dynamic-range quantization
+                return tensors[:1]
             return tensors[1:] if self.get_op_code_str(op) == "ASSIGN_VARIABLE" else tensors
 
         self.get_input_tensors = inputs
@@ -99,6 +109,81 @@ class OperatorConverter(_TVMConverter):
             super().check_unsupported_ops()
         finally:
             del self.get_input_tensors
+
+    # ------------------------------------------------------------ dynamic-range quantization
+    def is_hybrid(self, op, tensors=None) -> bool:
+        """True for a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED with a float input and int8 weights
+        (``tensors``: its input tensors, when known)."""
+        if self.get_op_code_str(op) not in HYBRID_OPS:
+            return False
+        tensors = self.get_input_tensors(op) if tensors is None else tensors
+        if len(tensors) < 2:
+            return False
+        x, w = tensors[:2]
+        return self.get_tensor_type_str(x.tensor.Type()) == "float32" and x.qnn_params is None and \
+            self.get_tensor_type_str(w.tensor.Type()) in ("int8", "uint8") and w.qnn_params is not None
+
+    def _or_hybrid(self, name: str, convert):
+        def dispatch(op):
+            return self.convert_hybrid(op, name) if self.is_hybrid(op) else convert(op=op)
+
+        return dispatch
+
+    def convert_hybrid(self, op, name: str):
+        """A dynamic-range quantized operator as LiteRT computes it (:mod:`.tflite_hybrid`)."""
+        from tflite.Conv2DOptions import Conv2DOptions
+        from tflite.DepthwiseConv2DOptions import DepthwiseConv2DOptions
+        from tflite.FullyConnectedOptions import FullyConnectedOptions
+        from tflite.Padding import Padding
+
+        tensors = self.get_input_tensors(op)
+        x_t, w_t = tensors[:2]
+        b_t = tensors[2] if len(tensors) > 2 and tensors[2].tensor_idx >= 0 else None
+        (out_t,) = self.get_output_tensors(op)
+        if self.get_tensor_type_str(w_t.tensor.Type()) != "int8":
+            raise tvm.error.OpNotImplemented(f"hybrid {name} with uint8 weights ('{_name(w_t)}'): only int8 "
+                                             "weights (TFLite's dynamic-range quantization) are supported")
+        if self.has_expr(w_t.tensor_idx) or (b_t is not None and self.has_expr(b_t.tensor_idx)):
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: its weights and bias must be constants")
+        quant = w_t.tensor.Quantization()
+        scale = quant.ScaleAsNumpy().astype(np.float32)
+        zp = quant.ZeroPointAsNumpy() if quant.ZeroPointLength() else np.zeros(1)
+        if np.any(zp != 0):
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' have a nonzero zero point")
+        w = self.get_tensor_value(w_t).astype(np.int8)
+        bias = None if b_t is None else self.get_tensor_value(b_t).astype(np.float32)
+        x = self.get_tensor_expr(x_t)
+        x_shape = [int(d) for d in self.get_tensor_shape(x_t)]
+        opt = op.BuiltinOptions()
+        if name == "FULLY_CONNECTED":
+            o = FullyConnectedOptions()
+            o.Init(opt.Bytes, opt.Pos)
+            lo, hi = self._float_range(o.FusedActivationFunction(), name)
+            k = w.shape[-1]
+            if scale.size not in (1, w.shape[0]) or int(np.prod(x_shape)) % k:
+                raise tvm.error.OpNotImplemented(f"hybrid {name}: {scale.size} weight scales for {w.shape[0]} "
+                                                 f"units, input {x_shape}")
+            rows = [int(np.prod(x_shape)) // k, k]
+            y = hybrid_dense(self.bb, relax.op.reshape(x, rows), rows, w, scale, bias, lo, hi,
+                             asymmetric=bool(o.AsymmetricQuantizeInputs()))
+            out_shape = [int(d) for d in self.get_tensor_shape(out_t)]
+            return relax.op.reshape(y, out_shape)
+        depthwise = name == "DEPTHWISE_CONV_2D"
+        o = DepthwiseConv2DOptions() if depthwise else Conv2DOptions()
+        o.Init(opt.Bytes, opt.Pos)
+        channels = w.shape[3] if depthwise else w.shape[0]
+        if scale.size not in (1, channels) or len(x_shape) != 4:
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: {scale.size} weight scales for {channels} channels")
+        lo, hi = self._float_range(o.FusedActivationFunction(), name)
+        return hybrid_conv2d(self.bb, x, x_shape, w, scale, bias, depthwise=depthwise, strides=(o.StrideH(), o.StrideW()),
+                             dilation=(o.DilationHFactor(), o.DilationWFactor()), same=o.Padding() == Padding.SAME,
+                             act_lo=lo, act_hi=hi)
+
+    @staticmethod
+    def _float_range(fn: int, name: str):
+        if int(fn) not in _FLOAT_RANGES:
+            raise tvm.error.OpNotImplemented(f"hybrid {name} with fused activation {int(fn)}")
+        return _FLOAT_RANGES[int(fn)]
 
     def convert_read_state(self, op):
         """READ_VARIABLE: the variable's current value; the first read of an invocation is the state before it."""

@@ -22,6 +22,10 @@ In a model that widens float16 constants (``astype`` of a float16 constant: the
 whose weights and bias are all float16 values keeps them float16 (``uint16``
 bits, half the flash) and widens each exactly as it reads it
 (:func:`widen_half`): the products and sums are those of the float32 weights.
+Likewise in a model that widens int8 constants (dynamic-range quantized models,
+whose kernels multiply integer-valued activations by the int8 weights and scale
+the sums after), a kernel whose weights are all int8 values keeps them int8 (a
+quarter of the flash); its bias stays float32.
 
 Convolutions other than NHWC (an NCHW model whose layout was kept), grouped
 convolutions that are not depthwise, non-float32 or dynamic shapes are left to
@@ -45,7 +49,11 @@ from ..int8.kernels import finish
 from ..int8.patterns import FunctionView
 from ..ir import KernelEmitter, op_name, replace_bindings, static_shape
 
-__all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatReport", "widen_half", "widens_half"]
+__all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatReport", "widen_half", "widens_half",
+           "widened_types", "WEIGHT_TYPES"]
+
+#: how a float kernel may store its weights: TIR dtype of the weights, of the bias, and how one is read
+WEIGHT_TYPES = ("float32", "float16", "int8")
 
 _INF = float("inf")
 
@@ -69,13 +77,21 @@ def widen_half(h):
     return tirx.Select(e == c(0), tirx.Select(s == c(0), sub, -sub), normal)
 
 
-def _reader(half: bool):
-    return widen_half if half else (lambda v: v)
+def _storage(weights: str) -> tuple[str, str, object, object]:
+    """``(weight dtype, bias dtype, weight reader, bias reader)`` of a kernel storing its weights as ``weights``."""
+    if weights not in WEIGHT_TYPES:
+        raise ValueError(f"weights must be one of {WEIGHT_TYPES}, got {weights!r}")
+    same = lambda v: v          # noqa: E731
+    if weights == "float16":
+        return "uint16", "uint16", widen_half, widen_half
+    if weights == "int8":
+        return "int8", "float32", lambda v: v.astype("float32"), same
+    return "float32", "float32", same, same
 
 
-def _epilogue(acc, out_shape, b, r, lo, hi, half=False):
+def _epilogue(acc, out_shape, b, r, lo, hi, weights="float32"):
     """``y = clamp(acc + bias[channel] + residual)``: the fused tail of every float kernel."""
-    wv = _reader(half)
+    wv = _storage(weights)[3]
 
     def body(*i):
         v = acc[i]
@@ -97,22 +113,25 @@ def _act(y_expr, lo, hi):
 
 
 def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depthwise: bool, has_bias: bool,
-               residual: bool, lo=None, hi=None, name: str = "conv2d_f32", half: bool = False) -> tvm.tirx.PrimFunc:
+               residual: bool, lo=None, hi=None, name: str = "conv2d_f32", half: bool = False,
+               weights: str = "float32") -> tvm.tirx.PrimFunc:
     """NHWC float32 convolution (``w`` OHWI) or depthwise convolution (``w`` ``(1, kh, kw, C)``), plus a
     per-channel bias, plus a residual of the output's shape, clamped to ``[lo, hi]`` (None: unbounded).
-    ``half``: weights and bias are float16 bits (``uint16``), widened exactly as read (:func:`widen_half`).
+
+    ``weights`` (:data:`WEIGHT_TYPES`): ``"float16"`` (also ``half=True``): weights and bias are float16 bits
+    (``uint16``), widened exactly as read (:func:`widen_half`); ``"int8"``: int8 weights, float32 bias.
     Parameters: x, w, [bias], [residual], y."""
+    weights = "float16" if half else weights
     n_, h_, w_, c_ = x_shape
     sh, sw = strides
     dh, dw = dilation
     pt, pl = padding[0], padding[1]
     oc_ = out_shape[3]
     x = te.placeholder(x_shape, "float32", "x")
-    wdt = "uint16" if half else "float32"
-    wv = _reader(half)
+    wdt, bdt, wv, _ = _storage(weights)
     w = te.placeholder(w_shape, wdt, "w")
     params = [x, w]
-    b = te.placeholder((oc_,), wdt, "bias") if has_bias else None
+    b = te.placeholder((oc_,), bdt, "bias") if has_bias else None
     r = te.placeholder(out_shape, "float32", "residual") if residual else None
     params += [t for t in (b, r) if t is not None]
     kh_, kw_ = w_shape[1], w_shape[2]
@@ -136,35 +155,35 @@ def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depth
 
     acc = te.compute(out_shape, body, name="acc")
 
-    y = _epilogue(acc, out_shape, b, r, lo, hi, half)
+    y = _epilogue(acc, out_shape, b, r, lo, hi, weights)
     desc = {"op": "depthwise_conv2d_f32" if depthwise else "conv2d_f32", "x": list(x_shape), "w": list(w_shape),
             "y": list(out_shape), "strides": list(strides), "padding": list(padding), "dilation": list(dilation),
             "has_bias": has_bias, "residual": residual, "lo": lo, "hi": hi}
-    if half:
-        desc["weights"] = "float16"
+    if weights != "float32":
+        desc["weights"] = weights
     return finish(params + [y], name, reduce_into="y", describe=desc)
 
 
 def dense_f32(x_shape, w_shape, *, has_bias: bool, residual: bool, lo=None, hi=None,
-              name: str = "dense_f32", half: bool = False) -> tvm.tirx.PrimFunc:
-    """``x`` (..., K) times ``w`` (N, K) transposed, plus bias and residual, clamped (``half``: float16
-    weights and bias, as :func:`conv2d_f32`). Parameters: x, w, [bias], [residual], y."""
+              name: str = "dense_f32", half: bool = False, weights: str = "float32") -> tvm.tirx.PrimFunc:
+    """``x`` (..., K) times ``w`` (N, K) transposed, plus bias and residual, clamped (``weights`` / ``half``
+    as :func:`conv2d_f32`). Parameters: x, w, [bias], [residual], y."""
+    weights = "float16" if half else weights
     k_, n_ = x_shape[-1], w_shape[0]
     out_shape = tuple(x_shape[:-1]) + (n_,)
-    wdt = "uint16" if half else "float32"
-    wv = _reader(half)
+    wdt, bdt, wv, _ = _storage(weights)
     x = te.placeholder(x_shape, "float32", "x")
     w = te.placeholder(w_shape, wdt, "w")
-    b = te.placeholder((n_,), wdt, "bias") if has_bias else None
+    b = te.placeholder((n_,), bdt, "bias") if has_bias else None
     r = te.placeholder(out_shape, "float32", "residual") if residual else None
     rk = te.reduce_axis((0, k_), "rk")
     acc = te.compute(out_shape, lambda *i: te.sum(x[(*i[:-1], rk)] * wv(w[i[-1], rk]), axis=rk), name="acc")
 
-    y = _epilogue(acc, out_shape, b, r, lo, hi, half)
+    y = _epilogue(acc, out_shape, b, r, lo, hi, weights)
     desc = {"op": "dense_f32", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "has_bias": has_bias,
             "residual": residual, "lo": lo, "hi": hi}
-    if half:
-        desc["weights"] = "float16"
+    if weights != "float32":
+        desc["weights"] = weights
     params = [x, w] + [t for t in (b, r) if t is not None]
     return finish(params + [y], name, reduce_into="y", describe=desc)
 
@@ -190,6 +209,7 @@ class FloatReport:
     def __init__(self):
         self.lowered: dict = {}
         self.half = 0            # kernels whose weights stay float16 (the model widened float16 constants)
+        self.int8 = 0            # kernels whose weights stay int8 (the model widened int8 constants)
 
     @property
     def total(self) -> int:
@@ -197,8 +217,9 @@ class FloatReport:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.lowered.items()))
-        half = f"; {self.half} with float16 weights kept float16" if self.half else ""
-        return f"float kernels: {self.total} ({kinds}{half})" if self.total else "float kernels: none"
+        kept = "".join(f"; {n} with {t} weights kept {t}" for n, t in ((self.half, "float16"), (self.int8, "int8"))
+                       if n)
+        return f"float kernels: {self.total} ({kinds}{kept})" if self.total else "float kernels: none"
 
 
 def _chain(view: FunctionView, var, taken: set):
@@ -293,17 +314,29 @@ def _match(view: FunctionView, var, taken: set):
     return None
 
 
-def widens_half(func) -> bool:
-    """True when ``func`` widens a float16 constant to float32 (a model with float16 weights)."""
-    found = []
+def widened_types(func) -> set:
+    """The dtypes of the constants ``func`` widens to float32 (``astype``): float16 in a model with float16
+    weights, int8 in a dynamic-range quantized one."""
+    found = set()
 
     def visit(e):
         if isinstance(e, relax.Call) and op_name(e) == "relax.astype" and isinstance(e.args[0], tvm.ir.Constant) \
-                and str(e.args[0].ty.dtype) == "float16" and str(e.ty.dtype) == "float32":
-            found.append(e)
+                and str(e.ty.dtype) == "float32":
+            found.add(str(e.args[0].ty.dtype))
 
     relax.analysis.post_order_visit(func.body, visit)
-    return bool(found)
+    return found
+
+
+def widens_half(func) -> bool:
+    """True when ``func`` widens a float16 constant to float32 (a model with float16 weights)."""
+    return "float16" in widened_types(func)
+
+
+def _int8_exact(a: np.ndarray) -> bool:
+    """Every value of float32 ``a`` is an int8 value."""
+    a = np.asarray(a, np.float32)
+    return bool(np.all((a == np.round(a)) & (a >= -128) & (a <= 127)))
 
 
 def _half_exact(a: np.ndarray) -> bool:
@@ -321,12 +354,12 @@ def _as_half(a: np.ndarray) -> np.ndarray:
 
 def lower_float(mod, keep_half: bool = True) -> tuple["tvm.IRModule", FloatReport]:
     """Replace the float32 convolution / matmul chains of ``mod["main"]`` (see the module docstring);
-    ``keep_half=False`` stores float16 weights as float32 too."""
+    ``keep_half=False`` stores float16 and int8 weights as float32 too."""
     report = FloatReport()
     main = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else None
     if not isinstance(main, relax.Function):
         return mod, report
-    half_model = keep_half and widens_half(main)
+    widened = widened_types(main) if keep_half else set()
     mod = relax.transform.FoldConstant()(mod)
     main = mod["main"]
     view = FunctionView(main)
@@ -339,18 +372,24 @@ def lower_float(mod, keep_half: bool = True) -> tuple["tvm.IRModule", FloatRepor
         if m is None:
             continue
         last, (kind, kw), x, w, bias, residual, lo, hi = m
-        half = half_model and _half_exact(w) and (bias is None or _half_exact(bias))
-        if half:
+        if "float16" in widened and _half_exact(w) and (bias is None or _half_exact(bias)):
+            weights = "float16"
             report.half += 1
-        common = dict(has_bias=bias is not None, residual=residual is not None, lo=lo, hi=hi, half=half)
+        elif "int8" in widened and _int8_exact(w):
+            weights = "int8"
+            report.int8 += 1
+        else:
+            weights = "float32"
+        common = dict(has_bias=bias is not None, residual=residual is not None, lo=lo, hi=hi, weights=weights)
         if kind == "conv":
             f = conv2d_f32(**kw, **common, name="dwconv_f32" if kw["depthwise"] else "conv2d_f32")
             op = "DEPTHWISE_CONV_2D" if kw["depthwise"] else "CONV_2D"
         else:
             f = dense_f32(**kw, **common)
             op = "FULLY_CONNECTED"
-        store = _as_half if half else (lambda a: a.astype(np.float32))
-        args = [x, em.const(store(w))] + ([em.const(store(bias))] if bias is not None else []) + \
+        store = {"float16": _as_half, "int8": lambda a: a.astype(np.int8)}.get(weights, lambda a: a.astype(np.float32))
+        bstore = _as_half if weights == "float16" else (lambda a: a.astype(np.float32))
+        args = [x, em.const(store(w))] + ([em.const(bstore(bias))] if bias is not None else []) + \
             ([residual] if residual is not None else [])
         gv = em.gvar(f, f.attrs["global_symbol"])
         replaced[last] = relax.call_tir(gv, args, last.ty)
