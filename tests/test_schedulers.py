@@ -210,3 +210,20 @@ def test_deterministic_budgets_give_identical_orders():
         pass
     assert d.remaining_work() <= Deadline.WORK_PER_SECOND / 2 + 1
     assert d.sub(0.1).work == int(0.1 * Deadline.WORK_PER_SECOND)
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags(max_ops=14, allow_inplace=True), st.booleans(), st.integers(0, 6))
+def test_greedy_heap_picks_what_the_scan_of_every_ready_macro_picks(g, fuse, head):
+    """The greedy completion keeps footprints in a heap and recomputes only the macros whose inputs the
+    last step read: from any partial schedule it must choose exactly as a scan of every ready macro."""
+    p = Problem(g, fuse=fuse)
+    done, live, ready, peak = p.start, p.t0, p.ready0, 0
+    for _ in range(head):            # a partial schedule to complete from
+        if not ready:
+            break
+        i = (ready & -ready).bit_length() - 1
+        done, live, high = p.run_macro(done, live, i)
+        peak = max(peak, high)
+        ready = p.newly_ready(done, ready, i)
+    assert p.greedy_completion(done, live, ready, peak) == p._greedy_scan(done, live, ready, peak, None, None)

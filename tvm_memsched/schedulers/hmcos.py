@@ -244,6 +244,8 @@ def _min_output_subset(sg: nx.DiGraph, root: int, cand: set[int], out_bytes, lim
 class _HierProblem(Problem):
     """The top level of a hierarchy as a search problem; groups resolve their order per context."""
 
+    additive = False        # a group's order, so its footprint, depends on the live bytes
+
     def __init__(self, graph: Graph, hier: Hierarchy, budget_ref: list, rpo_pos: list[int],
                  deadline: Deadline, stats: dict):
         self.items = hier.top_level()

@@ -80,6 +80,10 @@ class Problem:
     them in the macro).
     """
 
+    #: a macro's footprint and live change are its footprint and change from zero live bytes plus the live
+    #: bytes (a subclass whose macros depend on the live bytes otherwise sets this False)
+    additive = True
+
     def __init__(self, graph: Graph, ops: int | None = None, start: int = 0, *, fuse: bool = True,
                  macros: list[tuple[int, ...]] | None = None, t0: int | None = None):
         n = graph.num_ops
@@ -148,12 +152,13 @@ class Problem:
     def num_macros(self) -> int:
         return len(self.macros)
 
-    def run_macro(self, done: int, live: int, i: int) -> tuple[int, int, int]:
+    def run_macro(self, done: int, live: int, i: int, floor: int | None = 0) -> tuple[int, int, int]:
         """Run macro ``i`` from executed set ``done`` with ``live`` resident bytes.
 
-        Returns ``(new_done, new_live, highest stable footprint during the macro)``.
+        Returns ``(new_done, new_live, highest stable footprint during the macro)``, the footprint at
+        least ``floor`` (None: the highest footprint itself, possibly below zero when ``live`` is).
         """
-        high = 0
+        high = floor if floor is not None else -(1 << 62)
         outb, ws, ins, dead, inpl = self._outb, self._ws, self._ins, self._dead_out, self._inpl
         for v in self.macros[i]:
             out = outb[v]
@@ -201,12 +206,92 @@ class Problem:
     def greedy_completion(self, done: int, live: int, ready: int, peak: int,
                           limit: int | None = None, deadline: Deadline | None = None) -> tuple[list[int], int]:
         """Complete a partial schedule greedily: next macro = lowest stable footprint,
-        ties broken by the lowest resulting live bytes. Returns (macros, peak).
+        ties broken by the lowest resulting live bytes, then the lowest index. Returns (macros, peak).
 
-        When ``deadline`` expires (checked every 256 steps) the rest is completed
-        in ready order without comparing footprints: still a valid schedule.
+        ``limit``: take the first ready macro (by index) whose footprint is at most ``limit`` and that
+        does not grow the live bytes. When ``deadline`` expires (checked every 256 steps) the rest is
+        completed in ready order without comparing footprints: still a valid schedule.
+
+        Without ``limit`` a macro's footprint and live change relative to the live bytes depend only on
+        which readers of its inputs have run, so they are kept in a heap and recomputed only for the
+        ready macros whose inputs the last step read (a scan of every ready macro per step is quadratic:
+        minutes on a 20,000-operator graph with thousands of ready operators).
         """
+        if limit is not None or not self.additive:
+            return self._greedy_scan(done, live, ready, peak, limit, deadline)
+        import heapq
+
+        watchers = self._watchers()
+        version = [0] * len(self.macros)
+        heap: list = []
+
+        def entry(i):
+            """(footprint, live change) of macro ``i`` from ``done``, relative to the live bytes."""
+            version[i] += 1
+            _d, rel_live, rel_high = self.run_macro(done, 0, i, floor=None)
+            return rel_high, rel_live, i, version[i]
+
+        r = ready
+        while r:
+            low = r & -r
+            heap.append(entry(low.bit_length() - 1))
+            r ^= low
+        heapq.heapify(heap)
         seq: list[int] = []
+        while ready:
+            if deadline is not None and len(seq) % 256 == 255 and deadline.expired():
+                return self._ready_order_completion(done, live, ready, peak, seq)
+            while True:
+                rel_high, _rl, i, ver = heap[0]
+                if ver == version[i] and (ready >> i) & 1:
+                    break
+                heapq.heappop(heap)
+            if live + rel_high < 0:     # footprints below zero all count as 0: the scan's tie-break decides
+                return self._greedy_scan(done, live, ready, peak, None, deadline, seq)
+            heapq.heappop(heap)
+            done, live, high = self.run_macro(done, live, i)
+            peak = max(peak, high)
+            seq.append(i)
+            before = ready
+            ready = self.newly_ready(done, ready, i)
+            stale = set()
+            for v in self.macros[i]:
+                stale.update(watchers.get(v, ()))
+            r = ready & ~before
+            while r:
+                low = r & -r
+                stale.add(low.bit_length() - 1)
+                r ^= low
+            for j in stale:
+                if (ready >> j) & 1:
+                    heapq.heappush(heap, entry(j))
+        return seq, peak
+
+    def _watchers(self) -> dict:
+        """op -> the macros whose footprint depends on whether it has run (it reads one of their inputs)."""
+        w = getattr(self, "_watch", None)
+        if w is None:
+            w = {}
+            ins, inpl = self._ins, self._inpl
+            for i, m in enumerate(self.macros):
+                mask = 0
+                for v in m:
+                    for _t, _size, cmask, _pinned in ins[v]:
+                        mask |= cmask
+                    for cmask, _saving in inpl[v]:
+                        mask |= cmask
+                mask &= ~self.macro_mask[i]
+                while mask:
+                    low = mask & -mask
+                    w.setdefault(low.bit_length() - 1, []).append(i)
+                    mask ^= low
+            self._watch = w
+        return w
+
+    def _greedy_scan(self, done: int, live: int, ready: int, peak: int, limit: int | None,
+                     deadline: Deadline | None, seq: list[int] | None = None) -> tuple[list[int], int]:
+        """:meth:`greedy_completion` by scanning every ready macro at every step."""
+        seq = [] if seq is None else seq
         while ready:
             if deadline is not None and len(seq) % 256 == 255 and deadline.expired():
                 return self._ready_order_completion(done, live, ready, peak, seq)
