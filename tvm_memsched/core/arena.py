@@ -213,7 +213,7 @@ class _Placed:
         """``(offsets, end offsets, indices)`` of the placed buffers whose lifetimes meet ``[s, e]``."""
         if self.rows is not None:
             rows = [r for r in self.rows if r[0] <= e and s <= r[1]]
-            return [r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows]
+            return tuple(zip(*rows))[2:] if rows else ((), (), ())
         start, end, off, off_end, index = self.cols[:, :self.n]
         k = ((start <= e) & (end >= s)).nonzero()[0]
         return off[k], off_end[k], index[k]
@@ -227,8 +227,8 @@ def _fit(lo, hi, size: int, start: int = 0, best_fit: bool = False) -> int:
     """Lowest offset ``x >= start`` (or, ``best_fit``, the one in the tightest gap) where ``[x, x + size)``
     misses every interval ``[lo[k], hi[k])``; above all of them when no gap is wide enough.
 
-    ``lo`` and ``hi`` are lists or numpy arrays."""
-    if isinstance(lo, list):
+    ``lo`` and ``hi`` are sequences or numpy arrays."""
+    if not isinstance(lo, np.ndarray):
         best, best_gap, cur = None, None, start
         for o, oe in sorted(zip(lo, hi)):
             gap = o - cur
@@ -252,8 +252,8 @@ def _fit(lo, hi, size: int, start: int = 0, best_fit: bool = False) -> int:
 
 
 def _meeting(lo, hi, index, a: int, b: int) -> list[int]:
-    """Indices of the intervals ``[lo[k], hi[k])`` that meet ``[a, b)`` (lists or numpy arrays)."""
-    if isinstance(lo, list):
+    """Indices of the intervals ``[lo[k], hi[k])`` that meet ``[a, b)`` (sequences or numpy arrays)."""
+    if not isinstance(lo, np.ndarray):
         return [q for o, oe, q in zip(lo, hi, index) if o < b and oe > a]
     return index[(lo < b) & (hi > a)].tolist()
 
