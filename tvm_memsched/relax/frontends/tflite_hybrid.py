@@ -32,8 +32,8 @@ Relax operators, step by step as LiteRT's kernels do:
 Example
 -------
 >>> f = quantization_params((1, 4, 4, 8), asymmetric=True)
->>> [int(d) for d in f.buffer_map[f.params[1]].shape]
-[1, 3]
+>>> str(f.attrs["global_symbol"]), len(f.params)
+('quant_params_asym_1x4x4x8', 2)
 """
 
 from __future__ import annotations
