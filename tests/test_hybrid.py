@@ -39,8 +39,9 @@ def inputs(shape, seed=0):
 
 
 def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetric=False, stride=1,
-           padding="SAME", channels=6, seed=0):
-    """One hybrid operator: int8 weights (``scales``: per channel, per tensor, or per channel all equal)."""
+           padding="SAME", channels=6, seed=0, qdim=None, bias_size=None):
+    """One hybrid operator: int8 weights (``scales``: per channel, per tensor, or per channel all equal;
+    ``qdim`` overrides their axis, ``bias_size`` the bias's length, to make broken files)."""
     rng = np.random.default_rng(seed)
     mb = ModelBuilder()
     if kind == "fc":
@@ -56,8 +57,10 @@ def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetr
     n = wshape[axis]
     s = {"channel": rng.uniform(0.002, 0.02, n), "tensor": np.full(1, 0.01), "equal": np.full(n, 0.01)}[scales]
     q = rng.integers(-127, 128, wshape).astype(np.int8)
-    w = mb.tensor("w", wshape, np.int8, data=q, scale=s, zero_point=[0] * len(s), quantized_dimension=axis)
-    b = mb.tensor("b", [out_shape[-1]], np.float32, data=rng.standard_normal(out_shape[-1]).astype(np.float32))
+    w = mb.tensor("w", wshape, np.int8, data=q, scale=s, zero_point=[0] * len(s),
+                  quantized_dimension=axis if qdim is None else qdim)
+    nb = out_shape[-1] if bias_size is None else bias_size
+    b = mb.tensor("b", [nb], np.float32, data=rng.standard_normal(nb).astype(np.float32))
     y = mb.tensor("y", out_shape)
     pad = getattr(tfl.Padding, padding)
     if kind == "fc":
@@ -177,6 +180,23 @@ def test_quantization_params_follow_litert_rules(asymmetric):
         assert np.array_equal(got[b], np.array(want, np.float32)), (b, got[b], want)
     if asymmetric:
         assert got[1, 2] == -128 and got[3, 2] == 127
+
+
+@pytest.mark.parametrize("kind,kw,message", [
+    ("conv", dict(bias_size=1), "bias of 1 values for 6 output channels"),
+    ("fc", dict(bias_size=2), "bias of 2 values for 6 output channels"),
+    ("conv", dict(qdim=3), "6 scales along axis 3; expected 1 or 6 along axis 0"),
+    ("dw", dict(scales="tensor"), "need one scale per channel"),
+])
+def test_hybrid_weights_litert_would_not_use_are_refused_by_name(kind, kw, message):
+    """A bias that would broadcast, scales along another axis, a per-tensor depthwise scale: refused, never
+    computed some other way."""
+    from tvm_memsched.core.errors import MemschedError
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+
+    buf, _ = one_op(kind, **kw)
+    with pytest.raises(MemschedError, match=message):
+        from_tflite_bytes(buf)
 
 
 def test_refused_hybrid_operators_are_named():

@@ -146,12 +146,12 @@ class OperatorConverter(_TVMConverter):
         if self.has_expr(w_t.tensor_idx) or (b_t is not None and self.has_expr(b_t.tensor_idx)):
             raise tvm.error.OpNotImplemented(f"hybrid {name}: its weights and bias must be constants")
         quant = w_t.tensor.Quantization()
-        scale = quant.ScaleAsNumpy().astype(np.float32)
+        scale = np.asarray(quant.ScaleAsNumpy() if quant.ScaleLength() else [], np.float32).reshape(-1)
         zp = quant.ZeroPointAsNumpy() if quant.ZeroPointLength() else np.zeros(1)
         if np.any(zp != 0):
             raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' have a nonzero zero point")
         w = self.get_tensor_value(w_t).astype(np.int8)
-        bias = None if b_t is None else self.get_tensor_value(b_t).astype(np.float32)
+        bias = None if b_t is None else self.get_tensor_value(b_t).astype(np.float32).reshape(-1)
         x = self.get_tensor_expr(x_t)
         x_shape = [int(d) for d in self.get_tensor_shape(x_t)]
         opt = op.BuiltinOptions()
@@ -159,11 +159,11 @@ class OperatorConverter(_TVMConverter):
             o = FullyConnectedOptions()
             o.Init(opt.Bytes, opt.Pos)
             lo, hi = self._float_range(o.FusedActivationFunction(), name)
-            k = w.shape[-1]
-            if scale.size not in (1, w.shape[0]) or int(np.prod(x_shape)) % k:
-                raise tvm.error.OpNotImplemented(f"hybrid {name}: {scale.size} weight scales for {w.shape[0]} "
-                                                 f"units, input {x_shape}")
-            rows = [int(np.prod(x_shape)) // k, k]
+            if w.ndim != 2 or not w.shape[1] or int(np.prod(x_shape)) % w.shape[1]:
+                raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' of shape {list(w.shape)} "
+                                                 f"do not fit input {x_shape}")
+            _check_hybrid_weights(name, w_t, scale, quant, bias, w.shape[0], 0)
+            rows = [int(np.prod(x_shape)) // w.shape[1], w.shape[1]]
             y = hybrid_dense(self.bb, relax.op.reshape(x, rows), rows, w, scale, bias, lo, hi,
                              asymmetric=bool(o.AsymmetricQuantizeInputs()))
             out_shape = [int(d) for d in self.get_tensor_shape(out_t)]
@@ -171,13 +171,22 @@ class OperatorConverter(_TVMConverter):
         depthwise = name == "DEPTHWISE_CONV_2D"
         o = DepthwiseConv2DOptions() if depthwise else Conv2DOptions()
         o.Init(opt.Bytes, opt.Pos)
+        strides, dilation = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
+        c = x_shape[3] if len(x_shape) == 4 else 0
+        fits = w.ndim == 4 and c > 0 and ((w.shape[0] == 1 and w.shape[3] % c == 0) if depthwise
+                                            else w.shape[3] == c)
+        if not fits or min(strides + dilation) < 1:
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' of shape {list(w.shape)}, "
+                                             f"strides {list(strides)} and dilation {list(dilation)} do not fit "
+                                             f"input {x_shape}")
         channels = w.shape[3] if depthwise else w.shape[0]
-        if scale.size not in (1, channels) or len(x_shape) != 4:
-            raise tvm.error.OpNotImplemented(f"hybrid {name}: {scale.size} weight scales for {channels} channels")
+        if depthwise and c > 1 and scale.size != channels:
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' need one scale per channel "
+                                             f"({channels}), have {scale.size}; LiteRT refuses a per-tensor scale")
+        _check_hybrid_weights(name, w_t, scale, quant, bias, channels, 3 if depthwise else 0)
         lo, hi = self._float_range(o.FusedActivationFunction(), name)
-        return hybrid_conv2d(self.bb, x, x_shape, w, scale, bias, depthwise=depthwise, strides=(o.StrideH(), o.StrideW()),
-                             dilation=(o.DilationHFactor(), o.DilationWFactor()), same=o.Padding() == Padding.SAME,
-                             act_lo=lo, act_hi=hi)
+        return hybrid_conv2d(self.bb, x, x_shape, w, scale, bias, depthwise=depthwise, strides=strides,
+                             dilation=dilation, same=o.Padding() == Padding.SAME, act_lo=lo, act_hi=hi)
 
     @staticmethod
     def _float_range(fn: int, name: str):
@@ -330,6 +339,18 @@ class OperatorConverter(_TVMConverter):
         if quantized:
             out = self.quantize(out, output_tensor)
         return out
+
+
+def _check_hybrid_weights(name: str, w_t, scale, quant, bias, channels: int, axis: int) -> None:
+    """Refuse, by name, weight scales and a bias a hybrid operator could not use as LiteRT does: a scale per
+    tensor or one per output channel along ``axis``, a bias of one value per output channel."""
+    if scale.size not in (1, channels) or (scale.size > 1 and int(quant.QuantizedDimension()) != axis):
+        raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' have {scale.size} scales along "
+                                         f"axis {int(quant.QuantizedDimension())}; expected 1 or {channels} along "
+                                         f"axis {axis}")
+    if bias is not None and bias.size != channels:
+        raise tvm.error.OpNotImplemented(f"hybrid {name}: bias of {bias.size} values for {channels} output "
+                                         "channels")
 
 
 class _OffsetBuffer:
