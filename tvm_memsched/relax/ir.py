@@ -7,6 +7,9 @@ are ``expr.ty``, ``relax.TensorType``; ``Var.name``; constants are
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import tvm
 import tvm_ffi
@@ -15,7 +18,7 @@ from tvm import relax
 from ..core.errors import UnsupportedError
 
 __all__ = ["strip_attrs", "KernelEmitter", "replace_bindings", "drop_dead_bindings", "pure_binding", "model_macs", "dtype_bytes", "static_shape", "expr_shape", "var_occurrences", "static_nbytes", "tensor_bytes", "op_name", "is_op", "VIEW_OPS", "call_tir_op",
-           "shape_values", "field_types"]
+           "shape_values", "field_types", "build_in_parts"]
 
 #: ops whose result is a view of (aliases) their tensor input: no new memory
 VIEW_OPS = frozenset({
@@ -270,3 +273,30 @@ def per_body(cache: dict, func, extra, compute, limit: int = 4096):
         cache.clear()
     cache.setdefault(key, []).append((stripped, value))
     return value
+
+
+def build_in_parts(kernels: dict, target) -> list:
+    """``[(names, runtime module)]``: the PrimFuncs ``kernels`` (``{name: PrimFunc}``) built for ``target`` in
+    as many modules as this machine has cores, side by side (TVM's code generator and the JIT that loads a
+    module run outside the interpreter lock, so a serial build leaves cores idle).
+
+    >>> from tvm.script import tirx as T
+    >>> @T.prim_func(s_tir=True)
+    ... def k(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+    ...     for i in range(4):
+    ...         b[i] = a[i]
+    >>> sorted(n for names, _ in build_in_parts({"k1": k, "k2": k}, "llvm") for n in names)
+    ['k1', 'k2']
+    """
+    parts = max(1, min(len(kernels), os.cpu_count() or 1))
+    names = sorted(kernels)
+    groups = [names[i::parts] for i in range(parts)]
+
+    def build(group):
+        mod = tvm.IRModule({n: kernels[n].with_attr("global_symbol", n) for n in group})
+        return group, tvm.tirx.build(mod, target=target)
+
+    if parts == 1:
+        return [build(groups[0])]
+    with ThreadPoolExecutor(parts) as pool:
+        return list(pool.map(build, groups))

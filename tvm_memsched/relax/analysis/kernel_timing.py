@@ -28,15 +28,14 @@ True
 
 from __future__ import annotations
 
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tvm
 import tvm_ffi
 from tvm.s_tir import SBlock
 
+from ..ir import build_in_parts
 from .workspace import walk_stmts
 
 __all__ = ["can_time", "kernel_seconds", "kernel_work"]
@@ -104,20 +103,8 @@ def _arguments(func, dev, rng):
 
 
 def _build(kernels: dict, target) -> dict:
-    """``{name: callable}``: the kernels built for ``target``, in as many parts as this machine has cores, side
-    by side (TVM's code generator and the JIT that loads a module run outside the interpreter lock)."""
-    parts = max(1, min(len(kernels), os.cpu_count() or 1))
-    names = sorted(kernels)
-    groups = [names[i::parts] for i in range(parts)]
-
-    def build(group):
-        lib = tvm.tirx.build(tvm.IRModule({n: kernels[n] for n in group}), target=target)
-        return {n: lib[n] for n in group}
-
-    if parts == 1:
-        return build(groups[0])
-    with ThreadPoolExecutor(parts) as pool:
-        return {n: f for part in pool.map(build, groups) for n, f in part.items()}
+    """``{name: callable}``: the kernels built for ``target`` (:func:`~tvm_memsched.relax.ir.build_in_parts`)."""
+    return {n: lib[n] for names, lib in build_in_parts(kernels, target) for n in names}
 
 
 def _seconds(call, args, runs: int) -> float:

@@ -9,14 +9,12 @@ other kernel keeps it.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..analysis.inplace import NOALIAS
+from ..ir import build_in_parts
 
 __all__ = ["allow_aliasing", "compile_apart", "noalias_per_kernel", "PER_KERNEL_NOALIAS"]
 
@@ -89,8 +87,9 @@ def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
     apart = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
     if not apart:
         return mod
-    libs = _build_parts({gv.name_hint: f.with_attr(NOALIAS, False).with_attr("global_symbol", gv.name_hint)
-                         for gv, f in apart.items()}, target)
+    # built in parallel parts: this is a second LLVM build, besides TVM's own of the other kernels
+    libs = [lib for _names, lib in build_in_parts({gv.name_hint: f.with_attr(NOALIAS, False)
+                                                   for gv, f in apart.items()}, target)]
     new = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in apart}, attrs=mod.attrs,
                        global_infos=mod.global_infos)
 
@@ -109,19 +108,3 @@ def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
     attrs = dict(new.attrs) if new.attrs is not None else {}
     return new.with_attr("external_mods", list(attrs.get("external_mods", [])) + libs)
 
-
-def _build_parts(kernels: dict, target) -> list:
-    """The kernels built for ``target`` in as many modules as this machine has cores, side by side (TVM's
-    code generator runs outside the interpreter lock): the build of the kernels compiled apart was a
-    second, serial LLVM build of half the model."""
-    parts = max(1, min(len(kernels), os.cpu_count() or 1))
-    names = sorted(kernels)
-    groups = [names[i::parts] for i in range(parts)]
-
-    def build(group):
-        return tvm.tirx.build(tvm.IRModule({n: kernels[n] for n in group}), target=target)
-
-    if parts == 1:
-        return [build(groups[0])]
-    with ThreadPoolExecutor(parts) as pool:
-        return list(pool.map(build, groups))
