@@ -97,7 +97,7 @@ def add_parser(subparsers):
     s.add_argument("--widen-float16", action="store_true",
                    help="a model with float16 weights: store its convolution and fully connected weights float32 "
                         "(twice their flash, about 1.4x fewer instructions; default: kept float16 in flash and "
-                        "widened as read)")
+                        "widened as read; the int8 weights of a dynamic-range (hybrid) model likewise)")
     s.add_argument("--run", action="store_true", help="build and run on QEMU (or the host with --host), "
                                                       "compare the outputs with TVM's")
     s.add_argument("--profile", action="store_true",

@@ -368,6 +368,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         A model with float16 weights (float16 constants widened by ``DEQUANTIZE``) keeps its convolution and
         fully connected weights float16 in flash, widened as each is read (default). False: stored float32
         (twice their flash; the kernels skip the widening, about 1.4x fewer instructions on a Cortex-M4F).
+        The same holds for the int8 weights of a dynamic-range (hybrid) model: kept int8, or stored float32.
 
     Raises :class:`UnsupportedError` for models the C export cannot handle.
     """

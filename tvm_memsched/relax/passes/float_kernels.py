@@ -113,15 +113,14 @@ def _act(y_expr, lo, hi):
 
 
 def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depthwise: bool, has_bias: bool,
-               residual: bool, lo=None, hi=None, name: str = "conv2d_f32", half: bool = False,
+               residual: bool, lo=None, hi=None, name: str = "conv2d_f32",
                weights: str = "float32") -> tvm.tirx.PrimFunc:
     """NHWC float32 convolution (``w`` OHWI) or depthwise convolution (``w`` ``(1, kh, kw, C)``), plus a
     per-channel bias, plus a residual of the output's shape, clamped to ``[lo, hi]`` (None: unbounded).
 
-    ``weights`` (:data:`WEIGHT_TYPES`): ``"float16"`` (also ``half=True``): weights and bias are float16 bits
-    (``uint16``), widened exactly as read (:func:`widen_half`); ``"int8"``: int8 weights, float32 bias.
+    ``weights`` (:data:`WEIGHT_TYPES`): ``"float16"``: weights and bias are float16 bits (``uint16``),
+    widened exactly as read (:func:`widen_half`); ``"int8"``: int8 weights, float32 bias.
     Parameters: x, w, [bias], [residual], y."""
-    weights = "float16" if half else weights
     n_, h_, w_, c_ = x_shape
     sh, sw = strides
     dh, dw = dilation
@@ -165,10 +164,9 @@ def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depth
 
 
 def dense_f32(x_shape, w_shape, *, has_bias: bool, residual: bool, lo=None, hi=None,
-              name: str = "dense_f32", half: bool = False, weights: str = "float32") -> tvm.tirx.PrimFunc:
-    """``x`` (..., K) times ``w`` (N, K) transposed, plus bias and residual, clamped (``weights`` / ``half``
-    as :func:`conv2d_f32`). Parameters: x, w, [bias], [residual], y."""
-    weights = "float16" if half else weights
+              name: str = "dense_f32", weights: str = "float32") -> tvm.tirx.PrimFunc:
+    """``x`` (..., K) times ``w`` (N, K) transposed, plus bias and residual, clamped (``weights`` as
+    :func:`conv2d_f32`). Parameters: x, w, [bias], [residual], y."""
     k_, n_ = x_shape[-1], w_shape[0]
     out_shape = tuple(x_shape[:-1]) + (n_,)
     wdt, bdt, wv, _ = _storage(weights)
