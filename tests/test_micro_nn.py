@@ -14,6 +14,7 @@
 import ctypes
 import math
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -738,3 +739,109 @@ def test_hybrid_models_keep_int8_weights_in_flash_and_match_litert(kernels, tmp_
     assert r.ok, r.summary()
     chk = check_against_tflite(buf, micro.default_inputs(exp8), r.outputs, tflm=False)
     assert chk["ok"] and "tflm" not in chk, chk
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_library_quantization_params_equal_the_tir_kernel(lib, asymmetric):
+    """tms_quant_params_f32 against the TIR kernel it replaces, bit for bit, on batches of every kind: mixed
+    signs, all positive, all negative, all zero, one element, a range of 1e30, and zero points near halves."""
+    import tvm
+
+    from tvm_memsched.relax.frontends.tflite_hybrid import quantization_params
+
+    rng = np.random.default_rng(11)
+    n, k = 64, 9
+    x = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(1e-6, 1e3, (n, 1)).astype(np.float32)
+    x[1], x[2], x[3] = np.abs(x[1]), 0.0, -np.abs(x[3])
+    x[4] = [1e30, -1e-30, 0, 0, 0, 0, 0, 0, 0]
+    x[5] = [-2.5, 0.5, 0, 0, 0, 0, 0, 0, 0]          # zero point from a range that is not a power of two
+    for b in range(6, n):                             # zero points near x.5: -128 - 255 * min / (max - min)
+        lo = -(b - 6 + 0.5) / 255.0 * rng.uniform(0.999, 1.001)
+        x[b, :2] = [np.float32(lo), np.float32(1 + lo)]
+    f = tvm.tirx.build(quantization_params((n, k), asymmetric), target="llvm")
+    want = tvm.runtime.tensor(np.zeros((n, 3), np.float32))
+    f(tvm.runtime.tensor(x), want)
+    got = np.zeros((n, 3), np.float32)
+    lib.tms_quant_params_f32(ctypes.c_uint32(n), ctypes.c_uint32(k), ctypes.c_int32(int(asymmetric)), ptr(x), ptr(got))
+    assert np.array_equal(got.view(np.uint32), want.numpy().view(np.uint32))
+
+
+def _variant_lib(tmp_path, config: dict, flags=()):
+    d = tmp_path / "_".join(f"{k[7:]}{v}" for k, v in config.items())
+    d.mkdir()
+    (d / "tms_nn_config.h").write_text("".join(f"#define {k} {v}\n" for k, v in config.items()))
+    out = d / "libtms.so"
+    subprocess.run([host_cc(), "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", f"-I{d}",
+                    *flags, os.path.join(RUNTIME, "tms_nn.c"), "-o", str(out)], check=True)
+    syms = subprocess.run(["nm", str(out)], capture_output=True, text=True, check=True).stdout
+    return ctypes.CDLL(str(out)), {line.split()[-1] for line in syms.splitlines() if line.strip()}
+
+
+@pytest.mark.parametrize("config", [
+    {"TMS_NN_MODE_EXACT": 1, "TMS_NN_MODE_FULL": 0, "TMS_NN_MODE_CLAMP": 0},
+    {"TMS_NN_MODE_EXACT": 1, "TMS_NN_MODE_FULL": 0, "TMS_NN_MODE_CLAMP": 1},
+    {"TMS_NN_MODE_EXACT": 1, "TMS_NN_MODE_FULL": 1, "TMS_NN_MODE_CLAMP": 0},
+], ids=["exact", "exact-clamp", "exact-full"])
+@pytest.mark.parametrize("flags", [[], ["-DTMS_NN_EMULATE_DSP"]], ids=["plain", "dsp"])
+def test_a_library_without_some_output_modes_computes_the_same(config, flags, tmp_path):
+    """Compiled without some fast output modes (tms_nn_config.h), the library leaves their functions out and
+    still computes every call exactly: a full range falls back to the clamped form, a clamped one to the exact."""
+    lib, syms = _variant_lib(tmp_path, config, flags)
+    for mode, i in (("FULL", 1), ("CLAMP", 2)):
+        assert (f"conv_two_m{i}" in syms) == bool(config[f"TMS_NN_MODE_{mode}"]), sorted(s for s in syms if "_m" in s)
+    rng = np.random.default_rng(3)
+    for depthwise in (False, True):
+        fast = 0
+        for case in range(24):
+            desc, x, w, bias, mult, shift = random_conv(rng, depthwise, extreme=case % 4 == 3, big_bias=case % 5 == 4)
+            got, table = run_conv(lib, desc, x, w, bias, mult, shift)
+            assert np.array_equal(got, expected_conv(desc, x, w, bias, mult, shift)), (case, desc)
+            fast += int(table[0, 0] & 1)
+        assert 0 < fast < 24                 # calls that asked for a fast mode and calls that asked for the exact
+
+
+def test_a_library_with_one_multiply_add_variant_leaves_the_other_out(tmp_path):
+    """TMS_NN_FMA_ON / _OFF: only the float drivers of the variant the model uses are compiled, and they
+    compute what the full library computes for that variant."""
+    full, _ = _variant_lib(tmp_path, {"TMS_NN_FMA_OFF": 1, "TMS_NN_FMA_ON": 1})
+    for on in (0, 1):
+        lib, syms = _variant_lib(tmp_path, {"TMS_NN_FMA_OFF": 1 - on, "TMS_NN_FMA_ON": on})
+        assert {f"convf_pair_f{on}", f"dwf_pixel_f{on}"} <= syms
+        assert not {f"convf_pair_f{1 - on}", f"dwf_pixel_f{1 - on}", f"fcf_row_f{1 - on}"} & syms
+        rng = np.random.default_rng(on)
+        for depthwise in (False, True):
+            for _ in range(8):
+                d, x, w, bias, res = float_conv_case(rng, depthwise)
+                got = run_float_conv(lib, d, x, w, bias, res, bool(on))
+                assert np.array_equal(got, run_float_conv(full, d, x, w, bias, res, bool(on)))
+
+
+@pytest.mark.parametrize("spec", ["int8", "float32"])
+def test_the_export_compiles_only_the_variants_its_calls_reach(spec, tmp_path):
+    """tms_nn_config.h names the output modes the calls' tables (fast flag) and activation ranges select
+    (int8), and the multiply-add of the float kernels; the host run with it equals TVM's build."""
+    from tvm_memsched import micro, zoo
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+
+    buf = zoo.tflite("ds_cnn", "int8") if spec == "int8" else float_models()["ds_cnn"]
+    exp = micro.export(from_tflite_bytes(buf), "mps2-an386", str(tmp_path), measure=False, kernels="fast")
+    macros = dict(re.findall(r"#define (\w+) (\d)", open(os.path.join(tmp_path, "tms_nn_config.h")).read()))
+    source = open(exp.files["kernels"]).read()
+    prog = exp.program
+    if spec == "int8":
+        modes = set()
+        for call in prog.calls:
+            if exp.library_kernels.get(call.kernel) not in ("conv2d", "depthwise_conv2d", "dense"):
+                continue
+            tab = np.asarray(prog.params[call.args[2].base[1]]).reshape(-1)
+            sym = re.escape(f"model_{call.kernel}_params")
+            lo, hi = map(int, re.search(sym + r" = \{.*\.act_min = (-?\d+), \.act_max = (-?\d+)", source).groups())
+            modes.add("EXACT" if not tab[0] & 1 else "FULL" if lo == -128 and hi == 127 else "CLAMP")
+        assert modes
+        assert macros == {f"TMS_NN_MODE_{m}": str(int(m in modes)) for m in ("EXACT", "FULL", "CLAMP")}
+    else:
+        fma = set(re.findall(r"_params = \{.*\.flags = (\d+)", source))
+        assert fma and macros == {"TMS_NN_FMA_OFF": str(int(any(not int(f) & 16 for f in fma))),
+                                  "TMS_NN_FMA_ON": str(int(any(int(f) & 16 for f in fma)))}
+    r = micro.run_host(exp)
+    assert r.ok and r.max_abs_err == 0, r.summary()

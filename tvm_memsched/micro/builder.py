@@ -707,6 +707,10 @@ def _write(out_dir: str, name: str, prog, kernels, library: bool = False) -> dic
     for fname in ("tvm_memsched_rt.c", "tvm_memsched_rt.h") + (LIBRARY_FILES if library else ()):
         copy_file(os.path.join(_RUNTIME_DIR, fname), os.path.join(out_dir, fname))
         files[fname.replace(".", "_")] = os.path.abspath(os.path.join(out_dir, fname))
+    if library:             # the library's variants the calls reach; the others are not compiled
+        from .nn import config_header
+
+        put("tms_nn_config_h", "tms_nn_config.h", config_header(prog, kernels.library))
     inc_dirs = tvm_include_dirs()
     for pkg, rel in _HEADERS:
         src = next((os.path.join(d, rel) for d in inc_dirs if os.path.exists(os.path.join(d, rel))), None)

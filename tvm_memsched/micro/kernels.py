@@ -124,6 +124,7 @@ class KernelModule:
     workspace: dict = field(default_factory=dict)   # PrimFunc name -> bytes the runtime must provide
     requests: dict = field(default_factory=dict)    # PrimFunc name -> workspace events in program order
     num_params: dict = field(default_factory=dict)  # PrimFunc name -> number of arguments
+    library: dict = field(default_factory=dict)     # PrimFunc name -> the microkernel library's kernel
 
 
 def _register_fabs() -> None:
@@ -223,4 +224,5 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
         raise UnsupportedError(f"TVM's C output has no function for kernel(s) {', '.join(missing)}")
     align = workspace_align()
     workspace = {n: workspace_need(ev, align) for n, ev in requests.items()}
-    return KernelModule(_HEADER.format(prefix=prefix) + body, symbols, workspace, requests, num_params)
+    return KernelModule(_HEADER.format(prefix=prefix) + body, symbols, workspace, requests, num_params,
+                        {n: k for n, k in library.items() if n in symbols})

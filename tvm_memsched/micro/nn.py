@@ -23,7 +23,16 @@ and prepares their constants at compile time:
   channel table with the input zero point folded into the bias
   (``bias - zp_in * sum(weights)``) and the fast-requantisation flag, set only
   where it is proven exact (``|accumulator| < 2**30``, no left shift, a right
-  shift of at least 1).
+  shift of at least 1);
+* :func:`config_header` writes ``tms_nn_config.h``: the library's specialised
+  variants (integer output modes, float kernels with or without fused
+  multiply-add) that the calls reach, so the others cost no flash.
+
+Besides these, the library computes the float kernels of
+:class:`~tvm_memsched.relax.passes.float_kernels.FloatKernels` (float32, float16
+or int8 weights) and a hybrid operator's input quantization
+(:func:`~tvm_memsched.relax.frontends.tflite_hybrid.quantization_params`, one C
+function for every shape instead of one TIR kernel per shape).
 
 The library keeps every in-place overlap proven on the TIR kernel safe: it
 reads all inputs of a block of outputs (two pixels, or four channels of one
@@ -45,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["NnKernel", "FLOAT_OPS", "select", "wrapper_source", "repack", "pack_weights", "pack_depthwise", "channel_table",
-           "call_macs", "params_fit",
+           "call_macs", "params_fit", "library_variants", "config_header",
            "MODES", "LIBRARY_FILES"]
 
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
@@ -99,7 +108,7 @@ def _supported(desc: dict) -> str | None:
     op = desc.get("op")
     if op in ("conv2d_f32", "depthwise_conv2d_f32"):
         return op if len(desc["x"]) == 4 else None
-    if op == "dense_f32":
+    if op in ("dense_f32", "quant_params"):
         return op
     if op in ("max_pool2d", "avg_pool2d"):
         return op if len(desc["x"]) == 4 else None
@@ -229,9 +238,51 @@ def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> 
     return ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)   # the bias wraps like int32 sums
 
 
+#: int8 output modes of the library (``out_mode`` in tms_nn.c): exact, fast with the full range, fast clamped
+_MODE_NAMES = ("EXACT", "FULL", "CLAMP")
+
+
+def library_variants(prog, kernels: dict) -> dict:
+    """``{macro: 0 or 1}``: which specialised variants of the library ``prog``'s calls reach (after
+    :func:`repack`), as ``tms_nn.c`` names them (``TMS_NN_MODE_EXACT``, ``_FULL``, ``_CLAMP``,
+    ``TMS_NN_FMA_OFF``, ``TMS_NN_FMA_ON``). An integer call's output mode follows from the fast flag
+    :func:`channel_table` wrote into its table and its activation range, as ``out_mode`` picks it; a float call's
+    from its kernel's ``fma``. A kind of kernel no call uses keeps its default (1), which costs nothing: the
+    functions are only linked where called."""
+    modes, fmas = set(), set()
+    for call in prog.calls:
+        k = kernels.get(call.kernel)
+        if k is None:
+            continue
+        if k.repacked:
+            table = np.asarray(prog.params[call.args[2].base[1]]).reshape(-1)
+            rq = k.desc["requant"]
+            fast = bool(int(table[0]) & _FAST_FLAG)
+            modes.add(0 if not fast else 1 if rq["lo"] <= -128 and rq["hi"] >= 127 else 2)
+        elif k.op in FLOAT_OPS:
+            fmas.add(bool(k.fma))
+    out = {}
+    if modes:
+        out.update({f"TMS_NN_MODE_{n}": int(i in modes) for i, n in enumerate(_MODE_NAMES)})
+    if fmas:
+        out.update({"TMS_NN_FMA_OFF": int(False in fmas), "TMS_NN_FMA_ON": int(True in fmas)})
+    return out
+
+
+def config_header(prog, kernels: dict) -> str:
+    """``tms_nn_config.h`` for ``prog``: the library variants its calls reach (:func:`library_variants`), so
+    ``tms_nn.c`` compiles only those."""
+    lines = ["/* tms_nn_config.h: the variants of tms_nn.c this model calls (written by tvm_memsched.micro); "
+             "the others are not compiled */"]
+    lines += [f"#define {k} {v}" for k, v in library_variants(prog, kernels).items()]
+    return "\n".join(lines) + "\n"
+
+
 def call_macs(desc: dict) -> int:
     """Multiply-accumulates of one call of a described kernel (0 for pools and element-wise operators)."""
     op = desc["op"].replace("_f32", "")
+    if "y" not in desc:                  # quantization parameters
+        return 0
     out = math.prod(desc["y"])
     if op == "conv2d":
         return out * math.prod(desc["w"][1:])
@@ -351,6 +402,8 @@ def params_fit(kernel: NnKernel) -> bool:
     op = kernel.op
     if op in ("lut", "add"):
         return math.prod(d["y"]) < 1 << 32
+    if op == "quant_params":
+        return math.prod(d["x"]) < 1 << 32
     if op in FLOAT_OPS:
         return _fits(_fcf_params(d, True) if op == "dense_f32" else _convf_params(d, True)) and \
             4 * max(math.prod(d["x"]), math.prod(d["y"])) < 1 << 32
@@ -407,6 +460,11 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         fn = {"conv2d_f32": "tms_conv_f32", "depthwise_conv2d_f32": "tms_dwconv_f32", "dense_f32": "tms_fc_f32"}[op]
         body.append(f"  {fn}{suffix}(&{var}, {_arg(0, 'const float*')}, {_arg(1, wt)}, {bias}, {res}, "
                     f"{_arg(k, 'float*')});")
+    elif op == "quant_params":           # a hybrid operator's input quantization (scale, inverse, zero point)
+        head = head[:1]
+        x = d["x"]
+        body.append(f"  tms_quant_params_f32({x[0]}u, {math.prod(x[1:])}u, {int(d['asymmetric'])}, "
+                    f"{_arg(0, 'const float*')}, {_arg(1, 'float*')});")
     elif op == "lut":
         head = head[:1]
         body.append(f"  tms_lut_s8({math.prod(d['y'])}u, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "

@@ -15,6 +15,33 @@
 #define TMS_ASM 0
 #endif
 
+/* The specialised variants this build compiles. The export writes tms_nn_config.h next to this file with
+ * the ones its model calls (output modes of the integer kernels, fused multiply-add or not in the float
+ * kernels), so the others cost no flash; without it, every variant is compiled. */
+#if defined(__has_include)
+#if __has_include("tms_nn_config.h")
+#include "tms_nn_config.h"
+#endif
+#endif
+#ifndef TMS_NN_MODE_EXACT
+#define TMS_NN_MODE_EXACT 1
+#endif
+#ifndef TMS_NN_MODE_FULL
+#define TMS_NN_MODE_FULL 1
+#endif
+#ifndef TMS_NN_MODE_CLAMP
+#define TMS_NN_MODE_CLAMP 1
+#endif
+#ifndef TMS_NN_FMA_OFF
+#define TMS_NN_FMA_OFF 1
+#endif
+#ifndef TMS_NN_FMA_ON
+#define TMS_NN_FMA_ON 1
+#endif
+#if !(TMS_NN_MODE_EXACT || TMS_NN_MODE_FULL || TMS_NN_MODE_CLAMP) || !(TMS_NN_FMA_OFF || TMS_NN_FMA_ON)
+#error "tms_nn_config.h leaves no output mode or no multiply-add variant"
+#endif
+
 #define TMS_INLINE static inline __attribute__((always_inline))
 /* drivers specialised per output mode by the compiler's constant propagation (a clone each), kept out
  * of line so their stack frames are not added up in their caller's */
@@ -152,9 +179,14 @@ TMS_INLINE int8_t out1(const int mode, const tms_chan_t* c, int32_t acc, const t
   return (int8_t)(v > o->hi ? o->hi : v);
 }
 
+/* The mode of a call, among the compiled ones (a full range clamps to nothing, and the fast forms are
+ * only ever exact shortcuts). The export compiles the exact mode whenever a call's table lacks the fast
+ * flag (tms_nn_config.h). */
 static int out_mode(const tms_chan_t* tab, int32_t lo, int32_t hi) {
-  if (!(tab[0].bias & TMS_RQ_FAST)) return TMS_EXACT;
-  return lo <= -128 && hi >= 127 ? TMS_FAST_FULL : TMS_FAST_CLAMP;
+  int mode = !(tab[0].bias & TMS_RQ_FAST) ? TMS_EXACT : lo <= -128 && hi >= 127 ? TMS_FAST_FULL : TMS_FAST_CLAMP;
+  if (mode == TMS_FAST_FULL && !TMS_NN_MODE_FULL) mode = TMS_FAST_CLAMP;
+  if (mode == TMS_FAST_CLAMP && !TMS_NN_MODE_CLAMP) mode = TMS_EXACT;
+  return mode;
 }
 
 static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
@@ -169,9 +201,9 @@ static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
   TMS_DRIVER void fn##_m1 PARAMS { fn##_impl(TMS_FAST_FULL, __VA_ARGS__); }                 \
   TMS_DRIVER void fn##_m2 PARAMS { fn##_impl(TMS_FAST_CLAMP, __VA_ARGS__); }                \
   static inline void fn(const int mode, TMS_UNPAREN PARAMS) {                                \
-    if (mode == TMS_FAST_FULL)                                                               \
+    if (TMS_NN_MODE_FULL && (mode == TMS_FAST_FULL || !(TMS_NN_MODE_CLAMP || TMS_NN_MODE_EXACT)))  \
       fn##_m1(__VA_ARGS__);                                                                  \
-    else if (mode == TMS_FAST_CLAMP)                                                         \
+    else if (TMS_NN_MODE_CLAMP && (mode != TMS_EXACT || !TMS_NN_MODE_EXACT))                 \
       fn##_m2(__VA_ARGS__);                                                                  \
     else                                                                                     \
       fn##_m0(__VA_ARGS__);                                                                  \
@@ -181,7 +213,7 @@ static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
   TMS_DRIVER void fn##_f0 PARAMS { fn##_impl(0, __VA_ARGS__); }                             \
   TMS_DRIVER void fn##_f1 PARAMS { fn##_impl(1, __VA_ARGS__); }                             \
   static inline void fn(const int flag, TMS_UNPAREN PARAMS) {                                \
-    if (flag)                                                                                \
+    if (TMS_NN_FMA_ON && (flag || !TMS_NN_FMA_OFF))                                          \
       fn##_f1(__VA_ARGS__);                                                                  \
     else                                                                                     \
       fn##_f0(__VA_ARGS__);                                                                  \
@@ -1187,6 +1219,45 @@ TMS_INLINE float tms_half(uint16_t h) {
   v.u = s | ((e == 31u ? 255u : e + 112u) << 23) | (m << 13);
   return v.f;
 #endif
+}
+
+/* ------------------------------------------------------------------ dynamic-range quantization */
+/* C's round() for |v| < 2^31, as the TIR kernel writes it: the integer part by a cast, then the halves */
+static double round_away(double v) {
+  const double t = (double)(int32_t)v, f = v - t;
+  return t + (f >= 0.5 ? 1.0 : (f <= -0.5 ? -1.0 : 0.0));
+}
+
+void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, float* y) {
+  for (uint32_t b = 0; b < batches; ++b, x += len, y += 3) {
+    float mn = __builtin_inff(), mx = -__builtin_inff();
+    for (uint32_t i = 0; i < len; ++i) {
+      mn = x[i] < mn ? x[i] : mn;
+      mx = x[i] > mx ? x[i] : mx;
+    }
+    if (asymmetric) { /* LiteRT's AsymmetricQuantizeFloats: the range widened to 0, in double */
+      const float fmin = mn < 0.0f ? mn : 0.0f, fmax = mx > 0.0f ? mx : 0.0f;
+      const double span = (double)(fmax - fmin);
+      if (span == 0.0) {
+        y[0] = 1.0f, y[1] = 0.0f, y[2] = 0.0f;
+        continue;
+      }
+      const double scale = span / 255.0, lo = (double)fmin / scale, hi = (double)fmax / scale;
+      const double lo_abs = lo < 0.0 ? -lo : lo, hi_abs = hi < 0.0 ? -hi : hi;
+      const double zpd = 128.0 + lo_abs < 127.0 + hi_abs ? -128.0 - lo : 127.0 - hi;
+      const double zp = zpd <= -128.0 ? -128.0 : (zpd >= 127.0 ? 127.0 : round_away(zpd));
+      const float s32 = (float)scale;
+      y[0] = s32, y[1] = 1.0f / s32, y[2] = (float)zp;
+    } else { /* SymmetricQuantizeFloats: max|x| / 127 */
+      const float amn = mn < 0.0f ? -mn : mn, amx = mx < 0.0f ? -mx : mx;
+      const float rng = amn > amx ? amn : amx;
+      if (rng == 0.0f) {
+        y[0] = 1.0f, y[1] = 0.0f, y[2] = 0.0f;
+        continue;
+      }
+      y[0] = rng / 127.0f, y[1] = 127.0f / rng, y[2] = 0.0f;
+    }
+  }
 }
 
 /* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...),

@@ -121,6 +121,10 @@ void tms_conv_f32b(const tms_convf_t* p, const float* x, const int8_t* w, const 
 void tms_dwconv_f32b(const tms_convf_t* p, const float* x, const int8_t* w, const float* bias, const float* res,
                      float* y);
 void tms_fc_f32b(const tms_fcf_t* p, const float* x, const int8_t* w, const float* bias, const float* res, float* y);
+/* dynamic-range quantization of each of `batches` batches of `len` floats, as LiteRT quantizes a hybrid
+ * operator's input: y[3b] = scale, y[3b + 1] = its float inverse, y[3b + 2] = zero point (see
+ * tvm_memsched.relax.frontends.tflite_hybrid.quantization_params, which this computes bit for bit) */
+void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, float* y);
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))

@@ -120,7 +120,8 @@ def quantization_params(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
         return tirx.Select(j == 0, s32, tirx.Select(j == 1, inv, zp))
 
     out = te.compute((n, 3), param, name="params")
-    return finish([x, out], f"quant_params_{'asym' if asymmetric else 'sym'}_{'x'.join(map(str, shape))}")
+    return finish([x, out], f"quant_params_{'asym' if asymmetric else 'sym'}_{'x'.join(map(str, shape))}",
+                  describe={"op": "quant_params", "x": list(shape), "asymmetric": bool(asymmetric)})
 
 
 def _quantize(x, shape, asymmetric: bool, bb):
