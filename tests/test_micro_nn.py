@@ -766,6 +766,40 @@ def test_library_quantization_params_equal_the_tir_kernel(lib, asymmetric):
     assert np.array_equal(got.view(np.uint32), want.numpy().view(np.uint32))
 
 
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_library_quantize_equals_the_tir_kernel(lib, asymmetric):
+    """tms_quantize_f32 against the TIR kernel it replaces, bit for bit (halves, the clip at both ends, an
+    all-zero batch), and in place over its input."""
+    import tvm
+
+    from tvm_memsched.relax.frontends.tflite_hybrid import quantize
+
+    rng = np.random.default_rng(12)
+    n, k = 8, 257
+    x = (rng.standard_normal((n, k)) * rng.uniform(1e-3, 1e2, (n, 1))).astype(np.float32)
+    x[1] = np.abs(x[1])
+    x[2] = 0.0
+    x[3, :5] = [0.5, -0.5, 1.5, -2.5, 0.49999997]                 # halves, once scaled by 1
+    params = np.zeros((n, 3), np.float32)
+    lib.tms_quant_params_f32(ctypes.c_uint32(n), ctypes.c_uint32(k), ctypes.c_int32(int(asymmetric)), ptr(x),
+                             ptr(params))
+    params[3] = [1.0, 1.0, 0.0 if not asymmetric else 3.0]         # exact halves; a zero point off the middle
+    params[4, 1] *= 1.5                                            # values beyond the range: the clip
+    f = tvm.tirx.build(quantize((n, k), asymmetric), target="llvm")
+    want = tvm.runtime.tensor(np.zeros((n, k), np.float32))
+    f(tvm.runtime.tensor(x), tvm.runtime.tensor(params), want)
+    want = want.numpy()
+    got = np.zeros((n, k), np.float32)
+    c = ctypes.c_uint32
+    lib.tms_quantize_f32(c(n), c(k), ctypes.c_int32(int(asymmetric)), ptr(x), ptr(params), ptr(got))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    zp4, lo = params[4, 2], (-128 if asymmetric else -127)
+    assert np.any(want[4] == 127 - zp4) and np.any(want[4] == lo - zp4)     # the clip was reached at both ends
+    inplace = x.copy()
+    lib.tms_quantize_f32(c(n), c(k), ctypes.c_int32(int(asymmetric)), ptr(inplace), ptr(params), ptr(inplace))
+    assert np.array_equal(inplace, want)
+
+
 def _variant_lib(tmp_path, config: dict, flags=()):
     d = tmp_path / "_".join(f"{k[7:]}{v}" for k, v in config.items())
     d.mkdir()

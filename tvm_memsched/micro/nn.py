@@ -31,8 +31,9 @@ and prepares their constants at compile time:
 Besides these, the library computes the float kernels of
 :class:`~tvm_memsched.relax.passes.float_kernels.FloatKernels` (float32, float16
 or int8 weights) and a hybrid operator's input quantization
-(:func:`~tvm_memsched.relax.frontends.tflite_hybrid.quantization_params`, one C
-function for every shape instead of one TIR kernel per shape).
+(:func:`~tvm_memsched.relax.frontends.tflite_hybrid.quantization_params` and
+:func:`~tvm_memsched.relax.frontends.tflite_hybrid.quantize`: one C function
+each for every shape instead of a TIR kernel per shape).
 
 The library keeps every in-place overlap proven on the TIR kernel safe: it
 reads all inputs of a block of outputs (two pixels, or four channels of one
@@ -108,7 +109,7 @@ def _supported(desc: dict) -> str | None:
     op = desc.get("op")
     if op in ("conv2d_f32", "depthwise_conv2d_f32"):
         return op if len(desc["x"]) == 4 else None
-    if op in ("dense_f32", "quant_params"):
+    if op in ("dense_f32", "quant_params", "quantize"):
         return op
     if op in ("max_pool2d", "avg_pool2d"):
         return op if len(desc["x"]) == 4 else None
@@ -402,7 +403,7 @@ def params_fit(kernel: NnKernel) -> bool:
     op = kernel.op
     if op in ("lut", "add"):
         return math.prod(d["y"]) < 1 << 32
-    if op == "quant_params":
+    if op in ("quant_params", "quantize"):
         return math.prod(d["x"]) < 1 << 32
     if op in FLOAT_OPS:
         return _fits(_fcf_params(d, True) if op == "dense_f32" else _convf_params(d, True)) and \
@@ -465,6 +466,11 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         x = d["x"]
         body.append(f"  tms_quant_params_f32({x[0]}u, {math.prod(x[1:])}u, {int(d['asymmetric'])}, "
                     f"{_arg(0, 'const float*')}, {_arg(1, 'float*')});")
+    elif op == "quantize":               # ... and the input quantized with them
+        head = head[:1]
+        x = d["x"]
+        body.append(f"  tms_quantize_f32({x[0]}u, {math.prod(x[1:])}u, {int(d['asymmetric'])}, "
+                    f"{_arg(0, 'const float*')}, {_arg(1, 'const float*')}, {_arg(2, 'float*')});")
     elif op == "lut":
         head = head[:1]
         body.append(f"  tms_lut_s8({math.prod(d['y'])}u, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "

@@ -1260,6 +1260,20 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
   }
 }
 
+void tms_quantize_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, const float* params,
+                      float* y) {
+  const float lo = asymmetric ? -128.0f : -127.0f;
+  for (uint32_t b = 0; b < batches; ++b, x += len, y += len, params += 3) {
+    const float inv = params[1], zp = params[2];
+    for (uint32_t i = 0; i < len; ++i) {
+      const float v = x[i] * inv, t = (float)(int32_t)v, f = v - t;
+      float q = zp + (t + (f >= 0.5f ? 1.0f : (f <= -0.5f ? -1.0f : 0.0f)));
+      q = q < 127.0f ? q : 127.0f;
+      y[i] = (q > lo ? q : lo) - zp;
+    }
+  }
+}
+
 /* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...),
  * float16 weights and biases (tms_conv_f32h, ...), and int8 weights with float32 biases (tms_conv_f32b, ...:
  * dynamic-range quantized models, whose activations are integer-valued floats when they reach these). */

@@ -125,6 +125,10 @@ void tms_fc_f32b(const tms_fcf_t* p, const float* x, const int8_t* w, const floa
  * operator's input: y[3b] = scale, y[3b + 1] = its float inverse, y[3b + 2] = zero point (see
  * tvm_memsched.relax.frontends.tflite_hybrid.quantization_params, which this computes bit for bit) */
 void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, float* y);
+/* each batch of x quantized with its parameters (tms_quant_params_f32): y = clip(zp + round(x * inverse),
+ * lo, 127) - zp, rounded half away from zero, lo -128 (asymmetric) or -127; y may be x */
+void tms_quantize_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, const float* params,
+                      float* y);
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))

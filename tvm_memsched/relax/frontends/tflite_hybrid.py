@@ -44,16 +44,12 @@ from tvm import relax, te, tirx
 
 from ..int8.kernels import finish
 
-__all__ = ["quantization_params", "round_away", "hybrid_conv2d", "hybrid_dense", "HYBRID_OPS"]
+__all__ = ["quantization_params", "quantize", "hybrid_conv2d", "hybrid_dense", "HYBRID_OPS"]
 
 #: the operators LiteRT runs in dynamic-range form that are imported here
 HYBRID_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 _ops = relax.op
-
-
-def _c(v, dtype="float32"):
-    return relax.const(np.array(v, dtype=dtype), dtype)
 
 
 def _round_away(v, dtype: str):
@@ -64,15 +60,6 @@ def _round_away(v, dtype: str):
     half = tirx.const(0.5, dtype)
     return t + tirx.Select(f >= half, tirx.const(1.0, dtype), tirx.Select(f <= -half, tirx.const(-1.0, dtype),
                                                                           tirx.const(0.0, dtype)))
-
-
-def round_away(v):
-    """Relax: float32 ``v`` rounded half away from zero, for ``|v| < 2**31`` (see :func:`_round_away`)."""
-    t = _ops.astype(_ops.astype(v, "int32"), "float32")
-    f = _ops.subtract(v, t)
-    up = _ops.astype(_ops.greater_equal(f, _c(0.5)), "float32")
-    down = _ops.astype(_ops.less_equal(f, _c(-0.5)), "float32")
-    return _ops.subtract(_ops.add(t, up), down)
 
 
 def quantization_params(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
@@ -124,22 +111,40 @@ def quantization_params(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
                   describe={"op": "quant_params", "x": list(shape), "asymmetric": bool(asymmetric)})
 
 
+def quantize(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
+    """A kernel ``(x, params) -> q``: float32 ``x`` (``shape``) quantized with each batch's parameters
+    (:func:`quantization_params`), as the integers ``q - zero point`` in float32: ``q = clip(zero point +
+    round(x * inverse), lo, 127)``, rounded half away from zero *before* the zero point is added (LiteRT's
+    vector code), ``lo`` -128 (asymmetric) or -127."""
+    f32 = "float32"
+    x = te.placeholder(shape, f32, "x")
+    params = te.placeholder((shape[0], 3), f32, "params")
+    lo, hi = tirx.const(-128.0 if asymmetric else -127.0, f32), tirx.const(127.0, f32)
+
+    def value(*i):
+        zp = params[i[0], 2]
+        q = zp + _round_away(x[i] * params[i[0], 1], f32)
+        return tirx.max(tirx.min(q, hi), lo) - zp
+
+    q = te.compute(shape, value, name="q")
+    return finish([x, params, q], f"quantize_{'asym' if asymmetric else 'sym'}_{'x'.join(map(str, shape))}",
+                  describe={"op": "quantize", "x": list(shape), "asymmetric": bool(asymmetric)})
+
+
 def _quantize(x, shape, asymmetric: bool, bb):
     """``(q - zero point`` as float32 ``shape``, the scale ``(N, 1, ...)``) of float32 ``x``, quantized per
-    batch as LiteRT does (:func:`quantization_params`)."""
-    f = quantization_params(tuple(shape), asymmetric)
-    gv = bb.add_func(f, str(f.attrs["global_symbol"]))
+    batch as LiteRT does (:func:`quantization_params`, :func:`quantize`)."""
+    shape = tuple(int(d) for d in shape)
     n = shape[0]
-    params = relax.call_tir(gv, [x], relax.TensorType([n, 3], "float32"))
+    calls = []
+    for f in (quantization_params(shape, asymmetric), quantize(shape, asymmetric)):
+        calls.append(bb.add_func(f, str(f.attrs["global_symbol"])))
+    params = relax.call_tir(calls[0], [x], relax.TensorType([n, 3], "float32"))
+    params = bb.emit(params)
+    q = relax.call_tir(calls[1], [x, params], relax.TensorType(list(shape), "float32"))
     keep = [n] + [1] * (len(shape) - 1)
-
-    def column(j):
-        return _ops.reshape(_ops.strided_slice(params, axes=[1], begin=[j], end=[j + 1]), keep)
-
-    scale, inv, zp = column(0), column(1), column(2)
-    lo = -128.0 if asymmetric else -127.0
-    q = _ops.clip(_ops.add(zp, round_away(_ops.multiply(x, inv))), lo, 127.0)   # rounded before the offset
-    return _ops.subtract(q, zp), scale
+    scale = _ops.reshape(_ops.strided_slice(params, axes=[1], begin=[0], end=[1]), keep)
+    return q, scale
 
 
 def _same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
