@@ -7,6 +7,13 @@ as ``torch.export`` programs (``.pt2``), then compared as ``tvm-memsched compare
 memory of TVM's default pipeline vs tvm_memsched's (order + arena), numerics checked on the VM.
 
     python scripts/bench_frontends.py --out docs/bench/frontends [--size 224] [--models squeezenet ...]
+
+``--external torchvision:densenet121`` (or ``timm:NAME``, repeatable) adds the same architecture as a third
+party defines it, exported by ``--export-python`` (an interpreter with torch, onnx and torchvision or timm; default
+this one) with the same two exporters, so one architecture can be compared across the files users bring:
+
+    python scripts/bench_frontends.py --out docs/bench/frontends/densenet121 --models densenet \
+        --external torchvision:densenet121 --external timm:densenet121 --export-python VENV/bin/python
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +31,37 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tvm_memsched.app.output import write_results  # noqa: E402
 from tvm_memsched.app.models import load_relax_spec  # noqa: E402
 from tvm_memsched.zoo import torch_nets  # noqa: E402
+
+
+#: run by --export-python: a torchvision or timm model (random weights, eval mode) as .onnx or .pt2
+_EXPORT = """
+import json, sys, torch
+kind, name, fmt, path, size = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+torch.manual_seed(0)
+if kind == "torchvision":
+    import torchvision as lib
+    model = getattr(lib.models, name)(weights=None)
+else:
+    import timm as lib
+    model = lib.create_model(name, pretrained=False)
+model.eval()
+x = torch.randn(1, 3, size, size)
+if fmt == "onnx":
+    torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17, input_names=["input"])
+else:
+    torch.export.save(torch.export.export(model, (x,)), path)
+print(json.dumps({kind: lib.__version__, "torch": torch.__version__}))
+"""
+
+
+def export_external(kind: str, name: str, fmt: str, path: str, size: int, python: str) -> dict:
+    """Export ``kind:name`` (torchvision or timm) to ``path`` in a separate process; the versions it used."""
+    import json
+
+    r = subprocess.run([python, "-c", _EXPORT, kind, name, fmt, path, str(size)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"exporting {kind}:{name} as .{fmt} with {python} failed:\n{r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def measure(name: str, fmt: str, path: str) -> dict:
@@ -45,11 +84,21 @@ def markdown(rows, meta) -> str:
            "`python scripts/bench_frontends.py`. Architectures written after the papers "
            "(`tvm_memsched.zoo.torch_nets`, random weights); ONNX from PyTorch's TorchScript-based exporter "
            "(BatchNorm folded into convolutions where it follows one), .pt2 from `torch.export` (BatchNorm kept).",
-           "", "| model | file | TVM default planned | tvm_memsched | ratio | numerics |", "|---|---|---:|---:|---:|---|"]
+           "", "| model | source | file | TVM default planned | tvm_memsched | ratio | numerics |",
+           "|---|---|---|---:|---:|---:|---|"]
     for r in rows:
-        out.append(f"| {r['model']} | .{r['format']} | {r['tvm_default_bytes'] / 2**20:.2f} MiB | "
+        out.append(f"| {r['model']} | {r.get('source', 'zoo')} | .{r['format']} | "
+                   f"{r['tvm_default_bytes'] / 2**20:.2f} MiB | "
                    f"{r['ours_bytes'] / 2**20:.2f} MiB | {r['ratio']:.2f}x | "
                    f"{'equal' if r['numerics_ok'] else 'DIFFERENT'} |")
+    versions = sorted({f"{k} {v}" for r in rows for k, v in r.get("versions", {}).items()})
+    if versions:
+        out += ["", "Third-party definitions: random weights, eval mode, exported by the same two exporters with "
+                + ", ".join(versions) + "."]
+    ours = [r["ours_bytes"] for r in rows]
+    if versions and len(rows) > 1:
+        out += ["", f"Our plans differ by at most {100 * (max(ours) / min(ours) - 1):.1f}% across the "
+                    f"{len(rows)} files."]
     return "\n".join(out + [""])
 
 
@@ -59,16 +108,31 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--models", nargs="*", default=list(torch_nets.NETWORKS))
     ap.add_argument("--formats", nargs="*", default=["onnx", "pt2"], choices=["onnx", "pt2"])
+    ap.add_argument("--external", action="append", default=[], metavar="torchvision:NAME|timm:NAME",
+                    help="also a third party's definition of an architecture (repeatable)")
+    ap.add_argument("--export-python", default=sys.executable,
+                    help="interpreter with torch, onnx and torchvision / timm for --external (default: this one)")
     args = ap.parse_args(argv)
+    for e in args.external:
+        if e.split(":", 1)[0] not in ("torchvision", "timm") or ":" not in e:
+            ap.error(f"--external takes torchvision:NAME or timm:NAME, got {e!r}")
     rows = []
     with tempfile.TemporaryDirectory() as d:
+        for e in args.external:
+            kind, name = e.split(":", 1)
+            for fmt in args.formats:
+                path = os.path.join(d, f"{kind}_{name}.{fmt}")
+                versions = export_external(kind, name, fmt, path, args.size, args.export_python)
+                print(f"{kind}:{name}.{fmt} ...", file=sys.stderr)
+                rows.append(dict(measure(name, fmt, path), source=kind, versions=versions))
+                print(f"  {rows[-1]}", file=sys.stderr)
         for name in args.models:
             net = torch_nets.NETWORKS[name]()
             for fmt in args.formats:
                 path = os.path.join(d, f"{name}.{fmt}")
                 (torch_nets.export_onnx if fmt == "onnx" else torch_nets.export_pt2)(net, path, args.size)
                 print(f"{name}.{fmt} ...", file=sys.stderr)
-                rows.append(measure(name, fmt, path))
+                rows.append(dict(measure(name, fmt, path), source="zoo"))
                 print(f"  {rows[-1]}", file=sys.stderr)
     meta = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(), "machine": platform.machine(),
             "size": args.size}
