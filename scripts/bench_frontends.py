@@ -81,9 +81,11 @@ def measure(name: str, fmt: str, path: str) -> dict:
 def markdown(rows, meta) -> str:
     out = ["# ONNX and .pt2 files: TVM's default build vs tvm_memsched", "",
            f"{meta['date']}, Python {meta['python']}, {meta['machine']}, {meta['size']}x{meta['size']} inputs; "
-           "`python scripts/bench_frontends.py`. Architectures written after the papers "
-           "(`tvm_memsched.zoo.torch_nets`, random weights); ONNX from PyTorch's TorchScript-based exporter "
-           "(BatchNorm folded into convolutions where it follows one), .pt2 from `torch.export` (BatchNorm kept).",
+           f"`{meta.get('command', 'python scripts/bench_frontends.py')}`. Source zoo: architectures written "
+           "after the papers (`tvm_memsched.zoo.torch_nets`, random weights); ONNX from PyTorch's TorchScript-based "
+           "exporter (BatchNorm folded into convolutions where it follows one), .pt2 from `torch.export` "
+           "(BatchNorm kept). Planned bytes: the arena plans of the whole function (TVM's "
+           "`StaticPlanBlockMemory`; ours: memory-aware order, in-place execution, one arena).",
            "", "| model | source | file | TVM default planned | tvm_memsched | ratio | numerics |",
            "|---|---|---|---:|---:|---:|---|"]
     for r in rows:
@@ -134,8 +136,11 @@ def main(argv=None) -> int:
                 print(f"{name}.{fmt} ...", file=sys.stderr)
                 rows.append(dict(measure(name, fmt, path), source="zoo"))
                 print(f"  {rows[-1]}", file=sys.stderr)
+    command = " ".join(["python", "scripts/bench_frontends.py"] + [
+        a if not a.startswith(os.path.expanduser("~")) else "VENV/bin/python" if a.endswith("python") else a
+        for a in (argv if argv is not None else sys.argv[1:])])
     meta = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(), "machine": platform.machine(),
-            "size": args.size}
+            "size": args.size, "command": command}
     print(markdown(rows, meta))
     if args.out:
         write_results(args.out, "frontends", {"meta": meta, "rows": rows}, markdown(rows, meta))
