@@ -879,3 +879,39 @@ def test_the_export_compiles_only_the_variants_its_calls_reach(spec, tmp_path):
                                   "TMS_NN_FMA_ON": str(int(any(int(f) & 16 for f in fma)))}
     r = micro.run_host(exp)
     assert r.ok and r.max_abs_err == 0, r.summary()
+
+
+@pytest.mark.parametrize("io_in_arena", [True, False], ids=["io-in-arena", "caller-buffers"])
+def test_library_calls_take_data_pointers_where_they_are_known(io_in_arena, tmp_path):
+    """model.c passes the library's kernels the data pointers themselves (kTVMFFIOpaquePtr: no DLTensor in
+    flash) where they are known when the model is generated, and DLTensors over the caller's buffers where they
+    are not; both run bit-identical to TVM's build on the host."""
+    from tvm_memsched import micro, zoo
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+
+    exp = micro.export(from_tflite_bytes(zoo.tflite("ds_cnn", "int8")), "mps2-an386", str(tmp_path),
+                       measure=False, kernels="fast", io_in_arena=io_in_arena)
+    source = open(exp.files["source"]).read()
+    library = {n for n, op in exp.library_kernels.items()}
+    calls = re.findall(r"\{__tvm_ffi_(\w+), (\w+), (\d+)u,", source)
+    assert calls
+    library_kinds = set()
+    for sym, args, _ in calls:
+        kernel = next(n for n in exp.program.kernels.symbols if exp.program.kernels.symbols[n] == sym)
+        block = re.search(rf"{args}\[\d+\] = \{{(.*?)\}};", source, re.S).group(1)
+        kinds = set(re.findall(r"type_index = (\w+)", block))
+        if kernel not in library:
+            assert "kTVMFFIOpaquePtr" not in kinds
+        elif io_in_arena:
+            assert kinds == {"kTVMFFIOpaquePtr"}, (kernel, kinds)
+        else:
+            library_kinds.add(frozenset(kinds))
+    if io_in_arena:      # no DLTensor left but for TVM's kernels (this model: its MEAN)
+        assert source.count("static const DLTensor") < sum(1 for s, _, _ in calls if s not in
+                                                             {exp.program.kernels.symbols[n] for n in library}) * 4
+    else:                # the calls that read or write the caller's buffers take DLTensors, the others pointers
+        assert "_io[" in source
+        assert frozenset({"kTVMFFIOpaquePtr"}) in library_kinds
+        assert any("kTVMFFIDLTensorPtr" in k for k in library_kinds)
+    r = micro.run_host(exp)
+    assert r.ok and r.max_abs_err == 0, r.summary()

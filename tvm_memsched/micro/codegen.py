@@ -11,7 +11,10 @@ translated as follows:
   ``arena + region + offset`` (``ensure_zero_offset`` is the same tensor);
 * a call to a PrimFunc: a kernel call, in program order, with its arguments in
   a ``const TVMFFIAny`` array (``DLTensor*`` with type index
-  ``kTVMFFIDLTensorPtr``, scalars as ints/floats); before the call the runtime's
+  ``kTVMFFIDLTensorPtr``, scalars as ints/floats; a call of the microkernel
+  library, which reads only the data of its tensors, gets the data pointers
+  themselves, ``kTVMFFIOpaquePtr``, where they are known when the model is
+  generated: no DLTensor in flash); before the call the runtime's
   workspace is pointed at the region planned for that call;
 * ``R.reshape`` / ``R.memory.view`` / var aliases / match-casts: the same
   memory with a new shape; tuples and tuple items: structure;
@@ -285,10 +288,17 @@ class CProgram:
                         key=lambda t: (order[t.base[0]], t.base[1], t.offset, t.shape, t.dtype)):
             dynamic[t] = len(dynamic)
         arg_arrays = []
+        library = getattr(self.kernels, "library", {})
         for k, call in enumerate(self.calls):
             entries = []
+            # the library's kernels read only the data of a tensor: where it is known at compile time, the
+            # argument is that pointer (no DLTensor in flash)
+            direct = call.kernel in library and not any(
+                isinstance(a, Tensor) and self._resolve(a).base[0] in order for a in call.args)
             for a in call.args:
-                if isinstance(a, Tensor):
+                if isinstance(a, Tensor) and direct:
+                    entries.append(f"{{.type_index = kTVMFFIOpaquePtr, .v_ptr = (void*)({self._data_expr(self._resolve(a))})}}")
+                elif isinstance(a, Tensor):
                     entries.append(f"{{.type_index = kTVMFFIDLTensorPtr, .v_ptr = (void*){tensor_ref(a)}}}")
                 elif a[0] == "int":
                     entries.append(f"{{.type_index = kTVMFFIInt, .v_int64 = {int(a[1])}}}")

@@ -175,6 +175,13 @@ _LIBRARY_PART = """
 #include "tvm/runtime/c_backend_api.h"
 #include "tvm/ffi/c_api.h"
 #include "tms_nn.h"
+
+/* an argument's data: model.c passes the data pointer itself where it is known when the model is generated
+ * (kTVMFFIOpaquePtr: no DLTensor in flash), else a DLTensor */
+static void* tms_arg(void* args, int i) {
+  const TVMFFIAny* a = (const TVMFFIAny*)args + i;
+  return a->type_index == kTVMFFIDLTensorPtr ? ((DLTensor*)a->v_ptr)->data : a->v_ptr;
+}
 """
 
 

@@ -366,7 +366,7 @@ _SIGNATURE = "TVM_DLL int32_t __tvm_ffi_{sym}(void* self_handle, void* args, int
 
 
 def _arg(i: int, ctype: str) -> str:
-    return f"({ctype})(((DLTensor*)((TVMFFIAny*)args)[{i}].v_ptr)->data)"
+    return f"({ctype})tms_arg(args, {i})"
 
 
 def _shift_info(shift: int) -> int:
