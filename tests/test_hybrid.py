@@ -211,3 +211,18 @@ def test_refused_hybrid_operators_are_named():
           tfl.FullyConnectedOptionsT(), version=3)
     with pytest.raises(MemschedError, match="nonzero zero point"):
         from_tflite_bytes(mb.finish(inputs=[x], outputs=[y]))
+
+
+def test_hybrid_operator_with_an_empty_input_is_refused_by_name():
+    """An input dimension of 0 (or a -1 left in the shape) is named, not handed to TVM as a kernel shape."""
+    from tvm_memsched.core.errors import MemschedError
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+
+    mb = ModelBuilder()
+    x = mb.tensor("x", [0, 4])
+    w = mb.tensor("w", [3, 4], np.int8, data=np.ones((3, 4), np.int8), scale=[0.5], zero_point=[0])
+    y = mb.tensor("y", [0, 3])
+    mb.op(B.FULLY_CONNECTED, [x, w, -1], [y], tfl.BuiltinOptions.FullyConnectedOptions,
+          tfl.FullyConnectedOptionsT(), version=3)
+    with pytest.raises(MemschedError, match="input 'x' has shape \\[0, 4\\]"):
+        from_tflite_bytes(mb.finish(inputs=[x], outputs=[y]))

@@ -297,7 +297,8 @@ class CProgram:
                 isinstance(a, Tensor) and self._resolve(a).base[0] in order for a in call.args)
             for a in call.args:
                 if isinstance(a, Tensor) and direct:
-                    entries.append(f"{{.type_index = kTVMFFIOpaquePtr, .v_ptr = (void*)({self._data_expr(self._resolve(a))})}}")
+                    data = self._data_expr(self._resolve(a))
+                    entries.append(f"{{.type_index = kTVMFFIOpaquePtr, .v_ptr = (void*)({data})}}")
                 elif isinstance(a, Tensor):
                     entries.append(f"{{.type_index = kTVMFFIDLTensorPtr, .v_ptr = (void*){tensor_ref(a)}}}")
                 elif a[0] == "int":

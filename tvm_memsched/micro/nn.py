@@ -282,7 +282,7 @@ def config_header(prog, kernels: dict) -> str:
 def call_macs(desc: dict) -> int:
     """Multiply-accumulates of one call of a described kernel (0 for pools and element-wise operators)."""
     op = desc["op"].replace("_f32", "")
-    if "y" not in desc:                  # quantization parameters
+    if "y" not in desc:                  # a hybrid operator's input quantization
         return 0
     out = math.prod(desc["y"])
     if op == "conv2d":

@@ -154,6 +154,9 @@ class OperatorConverter(_TVMConverter):
         bias = None if b_t is None else self.get_tensor_value(b_t).astype(np.float32).reshape(-1)
         x = self.get_tensor_expr(x_t)
         x_shape = [int(d) for d in self.get_tensor_shape(x_t)]
+        if not x_shape or min(x_shape) < 1:
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: input '{_name(x_t)}' has shape {x_shape}; "
+                                             "only static, non-empty shapes are supported")
         opt = op.BuiltinOptions()
         if name == "FULLY_CONNECTED":
             o = FullyConnectedOptions()

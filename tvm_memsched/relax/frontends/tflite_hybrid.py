@@ -3,8 +3,8 @@
 A hybrid CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED reads a float32 input
 and int8 weights (scales per output channel or per tensor). LiteRT quantizes
 the input on the fly, per batch, multiplies integers and scales the sums back
-to float. TVM's frontend refuses these operators; this module writes them in
-Relax operators, step by step as LiteRT's kernels do:
+to float. TVM's frontend refuses these operators; this module writes them as
+two kernels of its own and Relax operators, step by step as LiteRT's kernels do:
 
 * **the input, quantized per batch** (per image; per row for fully connected
   layers). Depthwise convolutions, convolutions with per-channel scales (not all
@@ -12,7 +12,9 @@ Relax operators, step by step as LiteRT's kernels do:
   : ``[-128, 127]`` with a zero point, from the
   batch's minimum and maximum (both widened to include 0), scale and zero
   point computed in double precision as LiteRT does, once per batch by one
-  kernel (:func:`quantization_params`). Other fully connected
+  kernel (:func:`quantization_params`), then applied by another
+  (:func:`quantize`; both described, so the microcontroller export runs them as
+  one library function each for every shape). Other fully connected
   layers and per-tensor convolutions :
   ``[-127, 127]``, scale ``max|x| / 127``. Values are rounded half away from
   zero (LiteRT's ``TfLiteRound``; Relax's ``round`` rounds half to even), before
@@ -136,12 +138,10 @@ def _quantize(x, shape, asymmetric: bool, bb):
     batch as LiteRT does (:func:`quantization_params`, :func:`quantize`)."""
     shape = tuple(int(d) for d in shape)
     n = shape[0]
-    calls = []
-    for f in (quantization_params(shape, asymmetric), quantize(shape, asymmetric)):
-        calls.append(bb.add_func(f, str(f.attrs["global_symbol"])))
-    params = relax.call_tir(calls[0], [x], relax.TensorType([n, 3], "float32"))
-    params = bb.emit(params)
-    q = relax.call_tir(calls[1], [x, params], relax.TensorType(list(shape), "float32"))
+    find, apply = (bb.add_func(f, str(f.attrs["global_symbol"]))
+                   for f in (quantization_params(shape, asymmetric), quantize(shape, asymmetric)))
+    params = bb.emit(relax.call_tir(find, [x], relax.TensorType([n, 3], "float32")))
+    q = relax.call_tir(apply, [x, params], relax.TensorType(list(shape), "float32"))
     keep = [n] + [1] * (len(shape) - 1)
     scale = _ops.reshape(_ops.strided_slice(params, axes=[1], begin=[0], end=[1]), keep)
     return q, scale

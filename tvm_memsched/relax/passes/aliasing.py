@@ -107,4 +107,3 @@ def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
             new[gv] = _Extern().visit_expr(func)
     attrs = dict(new.attrs) if new.attrs is not None else {}
     return new.with_attr("external_mods", list(attrs.get("external_mods", [])) + libs)
-

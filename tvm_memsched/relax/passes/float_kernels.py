@@ -52,7 +52,7 @@ from ..ir import KernelEmitter, op_name, replace_bindings, static_shape
 __all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatReport", "widen_half", "widens_half",
            "widened_types", "WEIGHT_TYPES"]
 
-#: how a float kernel may store its weights: TIR dtype of the weights, of the bias, and how one is read
+#: how a float kernel may store its weights (:func:`_storage` gives the dtypes and readers of each)
 WEIGHT_TYPES = ("float32", "float16", "int8")
 
 _INF = float("inf")
@@ -337,6 +337,11 @@ def _int8_exact(a: np.ndarray) -> bool:
     return bool(np.all((a == np.round(a)) & (a >= -128) & (a <= 127)))
 
 
+def _stored(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Float32 values ``a`` as a kernel stores them (``uint16``: float16 bits, :func:`_as_half`)."""
+    return _as_half(a) if dtype == "uint16" else np.asarray(a).astype(dtype)
+
+
 def _half_exact(a: np.ndarray) -> bool:
     """Every value of float32 ``a`` is a float16 value (so storing it as float16 loses nothing)."""
     a = np.asarray(a, np.float32)
@@ -385,9 +390,8 @@ def lower_float(mod, keep_half: bool = True) -> tuple["tvm.IRModule", FloatRepor
         else:
             f = dense_f32(**kw, **common)
             op = "FULLY_CONNECTED"
-        store = {"float16": _as_half, "int8": lambda a: a.astype(np.int8)}.get(weights, lambda a: a.astype(np.float32))
-        bstore = _as_half if weights == "float16" else (lambda a: a.astype(np.float32))
-        args = [x, em.const(store(w))] + ([em.const(bstore(bias))] if bias is not None else []) + \
+        wdt, bdt, _, _ = _storage(weights)
+        args = [x, em.const(_stored(w, wdt))] + ([em.const(_stored(bias, bdt))] if bias is not None else []) + \
             ([residual] if residual is not None else [])
         gv = em.gvar(f, f.attrs["global_symbol"])
         replaced[last] = relax.call_tir(gv, args, last.ty)
