@@ -133,17 +133,33 @@ def test_zoo_writes_hybrid_models_as_the_converter_does():
             assert sg.tensors[op.inputs[2]].type == tfl.TensorType.FLOAT32
 
 
-def test_float_kernels_keep_the_weights_int8():
+def test_each_hybrid_operator_is_one_described_kernel_over_int8_weights():
+    """One kernel per hybrid operator, reading the float input and the int8 weights (no quantized copy of the
+    input, no widened weights), described so the microcontroller library can take it."""
+    from collections import Counter
+
+    import tvm
+    from tvm import relax
+
     from tvm_memsched import zoo
     from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
-    from tvm_memsched.relax.passes.float_kernels import lower_float, widened_types
+    from tvm_memsched.relax.int8.kernels import description
+    from tvm_memsched.relax.passes.float_kernels import widened_types
 
     mod = from_tflite_bytes(zoo.tflite("ds_cnn", "hybrid"))
-    assert "int8" in widened_types(mod["main"])
-    lowered, report = lower_float(mod)
-    assert report.int8 == report.total == 10, report.summary()
-    _, kept = lower_float(mod, keep_half=False)
-    assert kept.int8 == 0
+    ops = Counter()
+
+    def visit(e):
+        if isinstance(e, relax.Call) and e.op.same_as(tvm.ir.Op.get("relax.call_tir")):
+            d = description(mod[e.args[0]])
+            if d is not None and d["op"].startswith("hybrid_"):
+                ops[d["op"]] += 1
+                x, w = e.args[1].fields[:2]
+                assert str(x.ty.dtype) == "float32" and isinstance(w, tvm.ir.Constant) and str(w.ty.dtype) == "int8"
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    assert ops == {"hybrid_conv2d": 5, "hybrid_depthwise_conv2d": 4, "hybrid_dense": 1}
+    assert not widened_types(mod["main"])
 
 
 @pytest.mark.parametrize("asymmetric", [False, True])

@@ -690,33 +690,124 @@ def test_widen_float16_stores_float32_weights(tmp_path):
     assert r.ok, r.summary()
 
 
-# ------------------------------------------------------------------ int8 weights (tms_*_f32b: hybrid models)
-@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
-def test_int8_weight_convolutions_equal_the_float_ones_on_the_widened_weights(lib, depthwise):
-    rng = np.random.default_rng(53 + depthwise)
-    for case in range(30):
-        d, x, w, bias, res = float_conv_case(rng, depthwise)
-        w8 = rng.integers(-128, 128, w.shape).astype(np.int8)
-        want = run_float_conv(lib, d, x, w8.astype(np.float32), bias, res, True)
-        prm = ConvF(**nn._convf_params(d, True))
-        y = np.zeros(want.size, np.float32)
-        fn = lib.tms_dwconv_f32b if depthwise else lib.tms_conv_f32b
-        null = ctypes.c_void_p(None)
-        fn(ctypes.byref(prm), ptr(np.ascontiguousarray(x)), ptr(w8), ptr(bias) if bias is not None else null,
-           ptr(res) if res is not None else null, ptr(y))
-        assert np.array_equal(y.reshape(want.shape).view(np.uint32), want.view(np.uint32)), (case, d)
+# ------------------------------------------------------------------ dynamic-range (hybrid) kernels
+def hybrid_input(rng, shape):
+    """Float input whose batches are of every kind: mixed signs, all positive, all negative, all zero, wide."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    kinds = rng.integers(0, 5, shape[0])
+    for b, kind in enumerate(kinds):
+        if kind == 1:
+            x[b] = np.abs(x[b])
+        elif kind == 2:
+            x[b] = -np.abs(x[b])
+        elif kind == 3:
+            x[b] = 0.0
+        elif kind == 4:
+            x[b] *= np.exp(3 * rng.standard_normal(x[b].shape)).astype(np.float32)
+    return x
 
 
-def test_int8_weight_dense_reads_every_int8_value(lib):
-    w = np.arange(-128, 128, dtype=np.int8).reshape(256, 1)
-    d = {"op": "dense_f32", "x": [1, 1], "w": [256, 1], "y": [1, 256], "has_bias": True, "residual": False,
-         "lo": None, "hi": None}
-    prm = FcF(**nn._fcf_params(d, True))
-    y = np.zeros(256, np.float32)
-    bias = np.full(256, 0.25, np.float32)
-    lib.tms_fc_f32b(ctypes.byref(prm), ptr(np.full(1, 2.0, np.float32)), ptr(w), ptr(bias), ctypes.c_void_p(None),
-                    ptr(y))
-    assert np.array_equal(y, 2.0 * np.arange(-128, 128, dtype=np.float32) + 0.25)
+def hybrid_case(rng, op):
+    """A random hybrid kernel (``conv_kernel`` / ``dense_kernel``) with its input and constants."""
+    from tvm_memsched.relax.frontends.tflite_hybrid import conv_kernel, dense_kernel
+
+    asymmetric, per_channel = bool(rng.integers(2)), bool(rng.integers(2))
+    lo, hi = [(None, None), (0.0, None), (0.0, 6.0), (-1.0, 1.0)][int(rng.integers(4))]
+    if op == "hybrid_dense":
+        rows, k, n = int(rng.integers(1, 4)), int(rng.integers(1, 50)), int(rng.integers(1, 23))
+        w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        x_shape, oc = (rows, k), n
+    else:
+        d, _, w, _, _, _ = random_conv(rng, op == "hybrid_depthwise_conv2d")
+        x_shape, oc = tuple(d["x"]), d["y"][3]
+    bias = rng.standard_normal(oc).astype(np.float32) if rng.integers(2) else None
+    scales = rng.uniform(0.002, 0.02, oc if per_channel else 1).astype(np.float32)
+    common = dict(asymmetric=asymmetric, per_channel=per_channel, has_bias=bias is not None, lo=lo, hi=hi)
+    if op == "hybrid_dense":
+        f = dense_kernel(x_shape, w.shape, **common)
+    else:
+        f = conv_kernel(x_shape, w.shape, tuple(d["y"]), strides=tuple(d["strides"]), padding=tuple(d["padding"]),
+                        dilation=tuple(d["dilation"]), depthwise=op != "hybrid_conv2d",
+                        w_first=per_channel and op == "hybrid_conv2d" and bool(rng.integers(2)), **common)
+    return f, hybrid_input(rng, x_shape), w, scales, bias
+
+
+def hybrid_tir(f, x, w, scales, bias):
+    """The TIR kernel's output (LLVM)."""
+    import tvm
+
+    from tvm_memsched.relax.int8.kernels import description
+
+    args = [x, w, scales] + ([bias] if bias is not None else [])
+    y = tvm.runtime.tensor(np.zeros(description(f)["y"], np.float32))
+    tvm.tirx.build(f, target="llvm")(*[tvm.runtime.tensor(a) for a in args], y)
+    return y.numpy()
+
+
+def aligned(a: np.ndarray, align: int = 16) -> np.ndarray:
+    buf = np.zeros(a.nbytes + align, np.uint8)
+    off = (-buf.ctypes.data) % align
+    out = buf[off:off + a.nbytes].view(a.dtype)
+    out[:] = a.reshape(-1)
+    return out
+
+
+def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None):
+    """The library's output; ``y_in_x``: the output placed this many bytes below the input, in one buffer."""
+    from tvm_memsched.relax.int8.kernels import description
+
+    d = description(f)
+    op = d["op"]
+    size = math.prod(d["y"])
+    if y_in_x is None:
+        y, xa = np.zeros(size, np.float32), np.ascontiguousarray(x)
+    else:
+        shared = np.zeros((max(x.nbytes + y_in_x, size * 4) + 16) // 4, np.float32)
+        shared[y_in_x // 4:y_in_x // 4 + x.size] = x.reshape(-1)
+        xa, y = shared[y_in_x // 4:], shared
+    packed = aligned(w.reshape(-1) if op == "hybrid_depthwise_conv2d" else nn.pack_weights(w))
+    table = aligned(nn.hybrid_table(d, w, scales, bias))
+    scratch = np.zeros(nn.hybrid_scratch_bytes(d) // 4 + 2, np.float32)
+    if op == "hybrid_dense":
+        prm = FcF(**nn._fcf_params(d, False))
+        fn = lib.tms_hfc_f32
+    else:
+        prm = ConvF(**nn._convf_params(d, False))
+        fn = lib.tms_hconv_f32 if op == "hybrid_conv2d" else lib.tms_hdwconv_f32
+    fn(ctypes.byref(prm), ptr(xa), ptr(packed), ptr(table), ptr(y), ptr(scratch))
+    return y[:size].reshape(d["y"])
+
+
+@pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
+def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(lib, op):
+    """tms_hconv_f32, tms_hdwconv_f32 and tms_hfc_f32 against the TIR kernels of the import (which equal
+    LiteRT's builtin kernels, tests/test_hybrid.py), bit for bit: odd channel counts, strides, padding,
+    dilation, batches of every sign (and all zero), asymmetric and symmetric quantization, per-channel and
+    per-tensor scales, both rescale orders, with and without a bias, every activation range."""
+    rng = np.random.default_rng({"hybrid_conv2d": 61, "hybrid_depthwise_conv2d": 62, "hybrid_dense": 63}[op])
+    for case in range(25):
+        f, x, w, scales, bias = hybrid_case(rng, op)
+        want = hybrid_tir(f, x, w, scales, bias)
+        got = hybrid_lib(lib, f, x, w, scales, bias)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (case, f.attrs["tvm_memsched.nn"])
+
+
+@pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
+def test_hybrid_kernels_in_place_at_the_lag_the_tir_analysis_allows(lib, op):
+    """The output written over the input, placed where tvm_memsched's TIR analysis says it may be."""
+    from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
+
+    rng = np.random.default_rng(71)
+    tried = 0
+    for case in range(40):
+        f, x, w, scales, bias = hybrid_case(rng, op)
+        shifts = [s for i, o, s in kernel_inplace_shifts(f, len(f.params) - 1) if i == 0]
+        if not shifts:
+            continue
+        got = hybrid_lib(lib, f, x, w, scales, bias, y_in_x=min(shifts))
+        assert np.array_equal(got, hybrid_tir(f, x, w, scales, bias)), case
+        tried += 1
+    assert tried >= 8
 
 
 @pytest.mark.parametrize("kernels", ["fast", "tvm"])
@@ -734,7 +825,7 @@ def test_hybrid_models_keep_int8_weights_in_flash_and_match_litert(kernels, tmp_
                          measure=False, kernels=kernels)
     assert exp8.params_bytes < 0.35 * exp32.params_bytes
     if kernels == "fast":
-        assert "tms_conv_f32b" in open(exp8.files["kernels"]).read()
+        assert "tms_hconv_f32" in open(exp8.files["kernels"]).read()
     r = micro.run_host(exp8)
     assert r.ok, r.summary()
     chk = check_against_tflite(buf, micro.default_inputs(exp8), r.outputs, tflm=False)
@@ -743,8 +834,9 @@ def test_hybrid_models_keep_int8_weights_in_flash_and_match_litert(kernels, tmp_
 
 @pytest.mark.parametrize("asymmetric", [False, True])
 def test_library_quantization_params_equal_the_tir_kernel(lib, asymmetric):
-    """tms_quant_params_f32 against the TIR kernel it replaces, bit for bit, on batches of every kind: mixed
-    signs, all positive, all negative, all zero, one element, a range of 1e30, and zero points near halves."""
+    """tms_quant_params_f32 (which every hybrid kernel calls first) against the TIR kernel, bit for bit, on
+    batches of every kind: mixed signs, all positive, all negative, all zero, one element, a range of 1e30, and
+    zero points near halves."""
     import tvm
 
     from tvm_memsched.relax.frontends.tflite_hybrid import quantization_params
@@ -764,40 +856,6 @@ def test_library_quantization_params_equal_the_tir_kernel(lib, asymmetric):
     got = np.zeros((n, 3), np.float32)
     lib.tms_quant_params_f32(ctypes.c_uint32(n), ctypes.c_uint32(k), ctypes.c_int32(int(asymmetric)), ptr(x), ptr(got))
     assert np.array_equal(got.view(np.uint32), want.numpy().view(np.uint32))
-
-
-@pytest.mark.parametrize("asymmetric", [False, True])
-def test_library_quantize_equals_the_tir_kernel(lib, asymmetric):
-    """tms_quantize_f32 against the TIR kernel it replaces, bit for bit (halves, the clip at both ends, an
-    all-zero batch), and in place over its input."""
-    import tvm
-
-    from tvm_memsched.relax.frontends.tflite_hybrid import quantize
-
-    rng = np.random.default_rng(12)
-    n, k = 8, 257
-    x = (rng.standard_normal((n, k)) * rng.uniform(1e-3, 1e2, (n, 1))).astype(np.float32)
-    x[1] = np.abs(x[1])
-    x[2] = 0.0
-    x[3, :5] = [0.5, -0.5, 1.5, -2.5, 0.49999997]                 # halves, once scaled by 1
-    params = np.zeros((n, 3), np.float32)
-    lib.tms_quant_params_f32(ctypes.c_uint32(n), ctypes.c_uint32(k), ctypes.c_int32(int(asymmetric)), ptr(x),
-                             ptr(params))
-    params[3] = [1.0, 1.0, 0.0 if not asymmetric else 3.0]         # exact halves; a zero point off the middle
-    params[4, 1] *= 1.5                                            # values beyond the range: the clip
-    f = tvm.tirx.build(quantize((n, k), asymmetric), target="llvm")
-    want = tvm.runtime.tensor(np.zeros((n, k), np.float32))
-    f(tvm.runtime.tensor(x), tvm.runtime.tensor(params), want)
-    want = want.numpy()
-    got = np.zeros((n, k), np.float32)
-    c = ctypes.c_uint32
-    lib.tms_quantize_f32(c(n), c(k), ctypes.c_int32(int(asymmetric)), ptr(x), ptr(params), ptr(got))
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    zp4, lo = params[4, 2], (-128 if asymmetric else -127)
-    assert np.any(want[4] == 127 - zp4) and np.any(want[4] == lo - zp4)     # the clip was reached at both ends
-    inplace = x.copy()
-    lib.tms_quantize_f32(c(n), c(k), ctypes.c_int32(int(asymmetric)), ptr(inplace), ptr(params), ptr(inplace))
-    assert np.array_equal(inplace, want)
 
 
 def _variant_lib(tmp_path, config: dict, flags=()):

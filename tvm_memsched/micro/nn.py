@@ -29,11 +29,12 @@ and prepares their constants at compile time:
   multiply-add) that the calls reach, so the others cost no flash.
 
 Besides these, the library computes the float kernels of
-:class:`~tvm_memsched.relax.passes.float_kernels.FloatKernels` (float32, float16
-or int8 weights) and a hybrid operator's input quantization
-(:func:`~tvm_memsched.relax.frontends.tflite_hybrid.quantization_params` and
-:func:`~tvm_memsched.relax.frontends.tflite_hybrid.quantize`: one C function
-each for every shape instead of a TIR kernel per shape).
+:class:`~tvm_memsched.relax.passes.float_kernels.FloatKernels` (float32 or
+float16 weights) and the dynamic-range quantized ("hybrid") kernels of
+:mod:`~tvm_memsched.relax.frontends.tflite_hybrid` (:data:`HYBRID_OPS`): the
+input quantized on the fly, int32 sums with the integer kernels' dot products
+(weights packed as theirs), a table of weight scales, biases and weight sums
+(:func:`hybrid_table`).
 
 The library keeps every in-place overlap proven on the TIR kernel safe: it
 reads all inputs of a block of outputs (two pixels, or four channels of one
@@ -54,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["NnKernel", "FLOAT_OPS", "select", "wrapper_source", "repack", "pack_weights", "pack_depthwise", "channel_table",
+__all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table", "hybrid_scratch_bytes", "pack_weights", "pack_depthwise", "channel_table",
            "call_macs", "params_fit", "library_variants", "config_header",
            "MODES", "LIBRARY_FILES"]
 
@@ -65,6 +66,8 @@ LIBRARY_FILES = ("tms_nn.c", "tms_nn.h", "tms_nn_float.inc")
 _FAST_FLAG = 1
 #: float32 kernels of :mod:`tvm_memsched.relax.passes.float_kernels` the library computes
 FLOAT_OPS = ("conv2d_f32", "depthwise_conv2d_f32", "dense_f32")
+#: dynamic-range quantized operators of :mod:`tvm_memsched.relax.frontends.tflite_hybrid` it computes
+HYBRID_OPS = ("hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense")
 #: most taps the library's depthwise convolution takes (TMS_DW_MAX_TAPS in tms_nn.h)
 DW_MAX_TAPS = 64
 _ACC_LIMIT = 1 << 30
@@ -87,6 +90,8 @@ class NnKernel:
             return (1, 2) if self._has_table else (1,)
         if self.op in FLOAT_OPS:
             return (1, 2) if self.desc["has_bias"] else (1,)
+        if self.op in HYBRID_OPS:                # weights, scales, bias
+            return (1, 2, 3) if self.desc["has_bias"] else (1, 2)
         return (1,) if self.op == "lut" else ()
 
     def wrapper(self, symbol: str) -> str:
@@ -109,8 +114,12 @@ def _supported(desc: dict) -> str | None:
     op = desc.get("op")
     if op in ("conv2d_f32", "depthwise_conv2d_f32"):
         return op if len(desc["x"]) == 4 else None
-    if op in ("dense_f32", "quant_params", "quantize"):
+    if op in ("dense_f32", "hybrid_dense"):
         return op
+    if op == "hybrid_conv2d":
+        return op if len(desc["x"]) == 4 else None
+    if op == "hybrid_depthwise_conv2d":       # depth multiplier 1
+        return op if len(desc["x"]) == 4 and desc["w"][3] == desc["x"][3] else None
     if op in ("max_pool2d", "avg_pool2d"):
         return op if len(desc["x"]) == 4 else None
     if op == "lut":
@@ -145,7 +154,9 @@ def select(mod, names) -> dict:
         if desc is None or _supported(desc) is None:
             continue
         k = NnKernel(name, desc["op"], desc)
-        if k.op == "conv2d":
+        if k.op in HYBRID_OPS:
+            k.col_bytes = hybrid_scratch_bytes(desc)
+        elif k.op == "conv2d":
             kh, kw, ic = desc["w"][1], desc["w"][2], desc["w"][3]
             k.col_bytes = 2 * (-(-(kh * kw * ic) // 4) * 4)
         elif k.op == "depthwise_conv2d":      # tap offsets, a border pixel's gathered window, tap validity
@@ -239,6 +250,39 @@ def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> 
     return ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)   # the bias wraps like int32 sums
 
 
+def hybrid_scratch_bytes(desc: dict) -> int:
+    """Scratch bytes a hybrid kernel takes: every batch's parameters (12 bytes each), then a convolution's
+    two quantized windows or a fully connected layer's quantized row.
+
+    >>> hybrid_scratch_bytes({"op": "hybrid_dense", "x": [2, 10], "w": [3, 10]})
+    34
+    """
+    op, x = desc["op"], desc["x"]
+    batches = math.prod(x[:-1]) if op == "hybrid_dense" else x[0]
+    extra = {"hybrid_conv2d": lambda: 2 * (-(-math.prod(desc["w"][1:]) // 4) * 4),
+             "hybrid_depthwise_conv2d": lambda: 0, "hybrid_dense": lambda: x[-1]}[op]()
+    return 12 * batches + extra
+
+
+def hybrid_table(desc: dict, weights: np.ndarray, scales: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """A hybrid operator's table as ``tms_hconv_s8`` and its siblings read it, int32: C weight scales (one
+    per output channel, a per-tensor scale repeated) and C biases as float32 bits, then (convolutions and
+    fully connected layers) each output channel's sum of weights.
+
+    >>> t = hybrid_table({"op": "hybrid_dense", "y": [1, 2]}, np.array([[1, 2], [-3, 4]], np.int8),
+    ...                  np.array([0.5], np.float32), None)
+    >>> t[:2].view(np.float32).tolist(), t[2:4].view(np.float32).tolist(), t[4:].tolist()
+    ([0.5, 0.5], [0.0, 0.0], [3, 1])
+    """
+    channels = int(desc["y"][-1])
+    scales = np.broadcast_to(np.asarray(scales, np.float32).reshape(-1), (channels,))
+    bias = np.zeros(channels, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    parts = [scales.view(np.int32), bias.view(np.int32)]
+    if desc["op"] != "hybrid_depthwise_conv2d":
+        parts.append(np.asarray(weights, np.int64).reshape(channels, -1).sum(axis=1).astype(np.int32))
+    return np.ascontiguousarray(np.concatenate(parts), np.int32)
+
+
 #: int8 output modes of the library (``out_mode`` in tms_nn.c): exact, fast with the full range, fast clamped
 _MODE_NAMES = ("EXACT", "FULL", "CLAMP")
 
@@ -281,7 +325,7 @@ def config_header(prog, kernels: dict) -> str:
 
 def call_macs(desc: dict) -> int:
     """Multiply-accumulates of one call of a described kernel (0 for pools and element-wise operators)."""
-    op = desc["op"].replace("_f32", "")
+    op = desc["op"].replace("_f32", "").replace("hybrid_", "")
     if "y" not in desc:                  # a hybrid operator's input quantization
         return 0
     out = math.prod(desc["y"])
@@ -342,9 +386,11 @@ def _struct(ctype: str, var: str, params: dict) -> str:
 
 
 def _float_flags(desc: dict, fma: bool) -> dict:
+    """TMS_F_* of tms_nn.h (a hybrid operator's rescale order too) and the activation range."""
     lo, hi = desc["lo"], desc["hi"]
-    flags = (1 if desc["has_bias"] else 0) | (2 if desc["residual"] else 0) | (4 if lo is not None else 0) | \
-        (8 if hi is not None else 0) | (16 if fma else 0)
+    flags = (1 if desc["has_bias"] else 0) | (2 if desc.get("residual") else 0) | (4 if lo is not None else 0) | \
+        (8 if hi is not None else 0) | (16 if fma else 0) | (32 if desc.get("w_first") else 0) | \
+        (64 if desc.get("asymmetric") else 0)
     return {"flags": flags, "lo": float(lo if lo is not None else 0.0), "hi": float(hi if hi is not None else 0.0)}
 
 
@@ -403,10 +449,9 @@ def params_fit(kernel: NnKernel) -> bool:
     op = kernel.op
     if op in ("lut", "add"):
         return math.prod(d["y"]) < 1 << 32
-    if op in ("quant_params", "quantize"):
-        return math.prod(d["x"]) < 1 << 32
-    if op in FLOAT_OPS:
-        return _fits(_fcf_params(d, True) if op == "dense_f32" else _convf_params(d, True)) and \
+    if op in FLOAT_OPS + HYBRID_OPS:
+        dense = op in ("dense_f32", "hybrid_dense")
+        return _fits(_fcf_params(d, True) if dense else _convf_params(d, True)) and \
             4 * max(math.prod(d["x"]), math.prod(d["y"])) < 1 << 32
     params = _fc_params(d) if op == "dense" else _pool_params(d) if op.endswith("pool2d") else _conv_params(d)
     return _fits(params)
@@ -449,10 +494,9 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         dense = op == "dense_f32"
         head.append(_struct("tms_fcf_t" if dense else "tms_convf_t", var,
                             _fcf_params(d, kernel.fma) if dense else _convf_params(d, kernel.fma)))
-        # weights (and biases) kept float16: the f32h functions; int8 weights, float32 biases: f32b
-        wt, bt, suffix = {"float16": ("const uint16_t*", "const uint16_t*", "h"),
-                          "int8": ("const int8_t*", "const float*", "b")}.get(d.get("weights"),
-                                                                             ("const float*", "const float*", ""))
+        # weights (and biases) kept float16: the f32h functions
+        wt, bt, suffix = ("const uint16_t*", "const uint16_t*", "h") if d.get("weights") == "float16" else \
+            ("const float*", "const float*", "")
         k = 2
         bias = _arg(k, bt) if d["has_bias"] else "NULL"
         k += int(d["has_bias"])
@@ -461,16 +505,14 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         fn = {"conv2d_f32": "tms_conv_f32", "depthwise_conv2d_f32": "tms_dwconv_f32", "dense_f32": "tms_fc_f32"}[op]
         body.append(f"  {fn}{suffix}(&{var}, {_arg(0, 'const float*')}, {_arg(1, wt)}, {bias}, {res}, "
                     f"{_arg(k, 'float*')});")
-    elif op == "quant_params":           # a hybrid operator's input quantization (scale, inverse, zero point)
-        head = head[:1]
-        x = d["x"]
-        body.append(f"  tms_quant_params_f32({x[0]}u, {math.prod(x[1:])}u, {int(d['asymmetric'])}, "
-                    f"{_arg(0, 'const float*')}, {_arg(1, 'float*')});")
-    elif op == "quantize":               # ... and the input quantized with them
-        head = head[:1]
-        x = d["x"]
-        body.append(f"  tms_quantize_f32({x[0]}u, {math.prod(x[1:])}u, {int(d['asymmetric'])}, "
-                    f"{_arg(0, 'const float*')}, {_arg(1, 'const float*')}, {_arg(2, 'float*')});")
+    elif op in HYBRID_OPS:               # (x, packed weights, table, y): see repack
+        dense = op == "hybrid_dense"
+        head.append(_struct("tms_fcf_t" if dense else "tms_convf_t", var,
+                            _fcf_params(d, False) if dense else _convf_params(d, False)))
+        fn = {"hybrid_conv2d": "tms_hconv_f32", "hybrid_depthwise_conv2d": "tms_hdwconv_f32",
+              "hybrid_dense": "tms_hfc_f32"}[op]
+        body += _with_scratch(kernel, "void", f"{fn}(&{var}, {_arg(0, 'const float*')}, {_arg(1, 'const int8_t*')}, "
+                              f"{_arg(2, 'const void*')}, {_arg(3, 'float*')}, ")
     elif op == "lut":
         head = head[:1]
         body.append(f"  tms_lut_s8({math.prod(d['y'])}u, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
@@ -507,6 +549,13 @@ def repack(prog, kernels: dict) -> None:
 
     for call in prog.calls:
         k = kernels.get(call.kernel)
+        if k is not None and k.op in HYBRID_OPS:
+            x, w, scales = call.args[:3]
+            bias = param(call.args[3]) if k.desc["has_bias"] else None
+            weights = param(w).reshape(w.shape)
+            packed = weights.reshape(-1) if k.op == "hybrid_depthwise_conv2d" else pack_weights(weights)
+            call.args = [x, add(packed), add(hybrid_table(k.desc, weights, param(scales), bias)), call.args[-1]]
+            continue
         if k is None or not k.repacked:
             continue
         x, w = call.args[0], call.args[1]

@@ -1260,23 +1260,225 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
   }
 }
 
-void tms_quantize_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, const float* params,
-                      float* y) {
-  const float lo = asymmetric ? -128.0f : -127.0f;
-  for (uint32_t b = 0; b < batches; ++b, x += len, y += len, params += 3) {
-    const float inv = params[1], zp = params[2];
-    for (uint32_t i = 0; i < len; ++i) {
-      const float v = x[i] * inv, t = (float)(int32_t)v, f = v - t;
-      float q = zp + (t + (f >= 0.5f ? 1.0f : (f <= -0.5f ? -1.0f : 0.0f)));
-      q = q < 127.0f ? q : 127.0f;
-      y[i] = (q > lo ? q : lo) - zp;
+/* ------------------------------------------------------------------ dynamic-range (hybrid) operators */
+/* One value quantized with its batch's inverse scale and zero point, as LiteRT quantizes a hybrid operator's
+ * input: q = clip(zp + round(v * inv), lo, 127) with lo -128 (asymmetric) or -127, rounded half away from zero
+ * before the zero point is added (tvm_memsched.relax.frontends.tflite_hybrid._quantized). In integers: with
+ * t = trunc(s), s - t and its double are exact, so t + trunc(2 (s - t)) is s rounded half away from zero;
+ * |s| <= 255 (v lies in the batch's range), and the float sums of the TIR kernel are exact integers too. */
+TMS_INLINE int32_t quant1(float v, float inv, int32_t zp, int32_t lo) {
+  const float s = v * inv;
+  const int32_t t = (int32_t)s;
+  int32_t q = zp + t + (int32_t)(2.0f * (s - (float)t));
+  q = q < 127 ? q : 127;
+  return q > lo ? q : lo;
+}
+
+typedef float __attribute__((may_alias)) tms_f32a_t;   /* the table's floats, beside its int32 sums */
+typedef int32_t __attribute__((may_alias)) tms_i32a_t;
+
+/* The int32 sum of (q - zp) * w scaled back to float as LiteRT's builtin kernels do
+ * (tvm_memsched.relax.frontends.tflite_hybrid._rescale); tab: C weight scales, then C biases. */
+TMS_INLINE float hybrid_out(const uint8_t flags, float lo, float hi, const tms_f32a_t* tab, int32_t C, int32_t c,
+                            int32_t acc, float sx) {
+  float v = (float)acc;
+  const float ws = tab[c];
+  v = (flags & TMS_F_WFIRST) ? (v * ws) * sx : v * (ws * sx);
+  if (flags & TMS_F_BIAS) v = v + tab[C + c];
+  if ((flags & TMS_F_LO) && v < lo) v = lo;
+  if ((flags & TMS_F_HI) && v > hi) v = hi;
+  return v;
+}
+
+/* One image's parameters as integers: zero point and the lowest q */
+typedef struct {
+  float sx, inv;
+  int32_t zp, lo;
+} tms_hq_t;
+
+static tms_hq_t hq_of(const float* qp, int asym) {
+  tms_hq_t h = {qp[0], qp[1], (int32_t)qp[2], asym ? -128 : -127};
+  return h;
+}
+
+/* Window of output pixel (oy, ox) of float image xb, quantized, into column slot j: the padding as the zero
+ * point (so q * w summed over the window minus zp times the weights' sum is (q - zp) * w inside the image) */
+static void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int32_t ox, int8_t* col, int j,
+                     const tms_hq_t* h) {
+  const int32_t C = p->in_c;
+  const float inv = h->inv;
+  const int32_t zp = h->zp, lo = h->lo;
+  int32_t k = 0;
+  const int32_t iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l;
+  for (int32_t ky = 0; ky < p->kh; ++ky) {
+    const int32_t iy = iy0 + ky * p->dh;
+    for (int32_t kx = 0; kx < p->kw; ++kx) {
+      const int32_t ix = ix0 + kx * p->dw;
+      const float* src = xb + ((int32_t)iy * p->in_w + ix) * C;
+      if (iy < 0 || iy >= p->in_h || ix < 0 || ix >= p->in_w) {
+        for (int32_t c = 0; c < C; ++c, ++k) col[((k >> 2) << 3) + 4 * j + (k & 3)] = (int8_t)zp;
+      } else if ((k & 3) == 0) {            /* whole groups of four */
+        int32_t c = 0;
+        for (; c + 4 <= C; c += 4, k += 4) {
+          int8_t* d = col + (k << 1) + 4 * j;
+          d[0] = (int8_t)quant1(src[c], inv, zp, lo);
+          d[1] = (int8_t)quant1(src[c + 1], inv, zp, lo);
+          d[2] = (int8_t)quant1(src[c + 2], inv, zp, lo);
+          d[3] = (int8_t)quant1(src[c + 3], inv, zp, lo);
+        }
+        for (; c < C; ++c, ++k) col[((k >> 2) << 3) + 4 * j + (k & 3)] = (int8_t)quant1(src[c], inv, zp, lo);
+      } else {
+        for (int32_t c = 0; c < C; ++c, ++k)
+          col[((k >> 2) << 3) + 4 * j + (k & 3)] = (int8_t)quant1(src[c], inv, zp, lo);
+      }
     }
   }
 }
 
-/* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...),
- * float16 weights and biases (tms_conv_f32h, ...), and int8 weights with float32 biases (tms_conv_f32b, ...:
- * dynamic-range quantized models, whose activations are integer-valued floats when they reach these). */
+/* The kernels' drivers find every batch's parameters first (as the TIR kernel does) and leave the work to a
+ * function of its own, so the stack holds either one or the other. */
+TMS_DRIVER void hconv_body(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                           const float* qp, int8_t* col) {
+  const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, OC = p->out_c;
+  const int32_t npix = p->out_h * p->out_w, in_len = p->in_h * p->in_w * p->in_c;
+  const int asym = (p->flags & TMS_F_ASYM) != 0;
+  const tms_i32a_t* sumw = (const tms_i32a_t*)tab + 2 * OC;
+  for (int32_t k = K; k < K4; ++k) col[((k >> 2) << 3) + (k & 3)] = col[((k >> 2) << 3) + 4 + (k & 3)] = 0;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const float* xb = x + (int32_t)b * in_len;
+    float* yb = y + (int32_t)b * npix * OC;
+    const tms_hq_t h = hq_of(qp + 3 * b, asym);
+    int32_t oy = 0, ox = 0;
+    for (int32_t pix = 0; pix < npix; pix += 2) {
+      const int two = pix + 1 < npix;
+      /* both windows are read before any output of theirs is written */
+      im2col_q(p, xb, oy, ox, col, 0, &h);
+      if (++ox == p->out_w) ox = 0, ++oy;
+      if (two) {
+        im2col_q(p, xb, oy, ox, col, 1, &h);
+        if (++ox == p->out_w) ox = 0, ++oy;
+      }
+      float* y0 = yb + pix * OC;
+      const int8_t* wp = w;
+      for (int32_t c = 0; c < OC; c += 2, wp += 2 * K4) {
+        int32_t acc[4] = {0, 0, 0, 0};
+        const int n1 = c + 1 < OC;          /* an odd last channel's partner: zero weights */
+        if (two)
+          dot_2x2(col, wp, K4, acc);
+        else
+          dot_1x2(col, 8, wp, K4, acc);
+        const int32_t z0 = h.zp * sumw[c], z1 = n1 ? h.zp * sumw[c + 1] : 0;
+        y0[c] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c, acc[0] - z0, h.sx);
+        if (n1) y0[c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c + 1, acc[1] - z1, h.sx);
+        if (two) {
+          y0[OC + c] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c, acc[2] - z0, h.sx);
+          if (n1) y0[OC + c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c + 1, acc[3] - z1, h.sx);
+        }
+      }
+    }
+  }
+}
+
+void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                   void* scratch) {
+  float* qp = (float*)scratch;
+  tms_quant_params_f32(p->batch, (uint32_t)p->in_h * p->in_w * p->in_c, (p->flags & TMS_F_ASYM) != 0, x, qp);
+  hconv_body(p, x, w, tab, y, qp, (int8_t*)(qp + 3 * p->batch));
+}
+
+/* One output pixel of a depthwise convolution: channels in blocks of four (each block's taps read before
+ * its outputs are written), the taps inside the image [ky0, ky1) x [kx0, kx1), each quantized as read. */
+TMS_INLINE void hdw_pixel(const tms_convf_t* p, const float* xb, const int8_t* w, const void* tab, float* y,
+                          int32_t iy0, int32_t ix0, int32_t ky0, int32_t ky1, int32_t kx0, int32_t kx1,
+                          const tms_hq_t* h) {
+  const int32_t C = p->in_c, rowstep = p->in_w * C, tapstep = p->dw * C;
+  const float inv = h->inv;
+  const int32_t zp = h->zp, lo = h->lo;
+  int32_t c = 0;
+  for (; c + 4 <= C; c += 4) {
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int32_t ky = ky0; ky < ky1; ++ky) {
+      const float* xr = xb + (iy0 + ky * p->dh) * rowstep + (ix0 + kx0 * p->dw) * C + c;
+      const int8_t* wr = w + (ky * p->kw + kx0) * C + c;
+      for (int32_t kx = kx0; kx < kx1; ++kx, xr += tapstep, wr += C) {
+        a0 += (quant1(xr[0], inv, zp, lo) - zp) * wr[0];
+        a1 += (quant1(xr[1], inv, zp, lo) - zp) * wr[1];
+        a2 += (quant1(xr[2], inv, zp, lo) - zp) * wr[2];
+        a3 += (quant1(xr[3], inv, zp, lo) - zp) * wr[3];
+      }
+    }
+    y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c, a0, h->sx);
+    y[c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c + 1, a1, h->sx);
+    y[c + 2] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c + 2, a2, h->sx);
+    y[c + 3] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c + 3, a3, h->sx);
+  }
+  for (; c < C; ++c) {
+    int32_t a = 0;
+    for (int32_t ky = ky0; ky < ky1; ++ky) {
+      const float* xr = xb + (iy0 + ky * p->dh) * rowstep + (ix0 + kx0 * p->dw) * C + c;
+      const int8_t* wr = w + (ky * p->kw + kx0) * C + c;
+      for (int32_t kx = kx0; kx < kx1; ++kx, xr += tapstep, wr += C) a += (quant1(xr[0], inv, zp, lo) - zp) * wr[0];
+    }
+    y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c, a, h->sx);
+  }
+}
+
+TMS_DRIVER void hdw_body(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                         const float* qp) {
+  const int32_t C = p->in_c, in_len = p->in_h * p->in_w * C;
+  const int asym = (p->flags & TMS_F_ASYM) != 0;
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const float* xb = x + (int32_t)b * in_len;
+    const tms_hq_t h = hq_of(qp + 3 * b, asym);
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+      const int32_t iy0 = oy * p->sh - p->pad_t;
+      int32_t ky0 = 0, ky1 = p->kh;
+      while (ky0 < ky1 && iy0 + ky0 * p->dh < 0) ++ky0;
+      while (ky1 > ky0 && iy0 + (ky1 - 1) * p->dh >= p->in_h) --ky1;
+      for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
+        const int32_t ix0 = ox * p->sw - p->pad_l;
+        int32_t kx0 = 0, kx1 = p->kw;
+        while (kx0 < kx1 && ix0 + kx0 * p->dw < 0) ++kx0;
+        while (kx1 > kx0 && ix0 + (kx1 - 1) * p->dw >= p->in_w) --kx1;
+        hdw_pixel(p, xb, w, tab, y, iy0, ix0, ky0, ky1, kx0, kx1, &h);
+      }
+    }
+  }
+}
+
+void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                     void* scratch) {
+  float* qp = (float*)scratch;
+  tms_quant_params_f32(p->batch, (uint32_t)p->in_h * p->in_w * p->in_c, (p->flags & TMS_F_ASYM) != 0, x, qp);
+  hdw_body(p, x, w, tab, y, qp);
+}
+
+TMS_DRIVER void hfc_body(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                         const float* qp, int8_t* row) {
+  const int32_t K = p->in_n, N = p->out_n, K4 = (K + 3) & ~3;
+  const int asym = (p->flags & TMS_F_ASYM) != 0;
+  const tms_i32a_t* sumw = (const tms_i32a_t*)tab + 2 * N;
+  for (int32_t r = 0; r < p->rows; ++r, x += K, y += N, qp += 3) {
+    const tms_hq_t h = hq_of(qp, asym);
+    for (int32_t k = 0; k < K; ++k) row[k] = (int8_t)quant1(x[k], h.inv, h.zp, h.lo);   /* the row, once */
+    const int8_t* wp = w;
+    for (int32_t c = 0; c < N; c += 2, wp += 2 * K4) {
+      int32_t acc[2] = {0, 0};
+      dot_1x2(row, 4, wp, K, acc);
+      y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, N, c, acc[0] - h.zp * sumw[c], h.sx);
+      if (c + 1 < N) y[c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, N, c + 1, acc[1] - h.zp * sumw[c + 1], h.sx);
+    }
+  }
+}
+
+void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, void* scratch) {
+  float* qp = (float*)scratch;
+  tms_quant_params_f32(p->rows, p->in_n, (p->flags & TMS_F_ASYM) != 0, x, qp);
+  hfc_body(p, x, w, tab, y, qp, (int8_t*)(qp + 3 * p->rows));
+}
+
+/* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...), and
+ * float16 weights and biases (tms_conv_f32h, ...). */
 #define TMS_CAT_(a, b) a##b
 #define TMS_CAT(a, b) TMS_CAT_(a, b)
 #define TMS_N(name) TMS_CAT(name, TMS_FSUF)
@@ -1300,18 +1502,6 @@ void tms_quantize_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const 
 #define TMS_BT uint16_t
 #define TMS_B(v) tms_half(v)
 #define TMS_FSUF h
-#include "tms_nn_float.inc"
-#undef TMS_WT
-#undef TMS_W
-#undef TMS_BT
-#undef TMS_B
-#undef TMS_FSUF
-
-#define TMS_WT int8_t
-#define TMS_W(v) ((float)(v))
-#define TMS_BT float
-#define TMS_B(v) (v)
-#define TMS_FSUF b
 #include "tms_nn_float.inc"
 #undef TMS_WT
 #undef TMS_W

@@ -115,20 +115,25 @@ void tms_dwconv_f32h(const tms_convf_t* p, const float* x, const uint16_t* w, co
                      const float* res, float* y);
 void tms_fc_f32h(const tms_fcf_t* p, const float* x, const uint16_t* w, const uint16_t* bias, const float* res,
                  float* y);
-/* ... and with int8 weights (converted exactly as they are read) and float32 biases */
-void tms_conv_f32b(const tms_convf_t* p, const float* x, const int8_t* w, const float* bias, const float* res,
-                   float* y);
-void tms_dwconv_f32b(const tms_convf_t* p, const float* x, const int8_t* w, const float* bias, const float* res,
-                     float* y);
-void tms_fc_f32b(const tms_fcf_t* p, const float* x, const int8_t* w, const float* bias, const float* res, float* y);
 /* dynamic-range quantization of each of `batches` batches of `len` floats, as LiteRT quantizes a hybrid
  * operator's input: y[3b] = scale, y[3b + 1] = its float inverse, y[3b + 2] = zero point (see
  * tvm_memsched.relax.frontends.tflite_hybrid.quantization_params, which this computes bit for bit) */
 void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, float* y);
-/* each batch of x quantized with its parameters (tms_quant_params_f32): y = clip(zp + round(x * inverse),
- * lo, 127) - zp, rounded half away from zero, lo -128 (asymmetric) or -127; y may be x */
-void tms_quantize_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, const float* params,
-                      float* y);
+/* dynamic-range quantized ("hybrid") operators, as LiteRT's builtin kernels compute them: each batch of the
+ * float32 input quantized on the fly (parameters as tms_quant_params_f32, TMS_F_ASYM: asymmetric, else
+ * symmetric), int8 weights packed as the integer kernels' (the depthwise one's: kh * kw * C as in the file),
+ * the int32 sums of (q - zp) * w scaled back to float32: (sum * weight scale) * input scale with
+ * TMS_F_WFIRST, else sum * (weight scale * input scale), plus the bias (TMS_F_BIAS), clamped (TMS_F_LO,
+ * TMS_F_HI). tab: C weight scales, C biases, then (not the depthwise one) C int32 sums of each channel's
+ * weights. scratch (4-byte aligned): the batches' parameters, 12 bytes each, then a convolution's two
+ * quantized windows (TMS_CONV_COL_BYTES) or a fully connected layer's quantized row (in_n bytes). */
+#define TMS_F_WFIRST 32
+#define TMS_F_ASYM 64
+void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                   void* scratch);
+void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                     void* scratch);
+void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, void* scratch);
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))

@@ -3,27 +3,24 @@
 A hybrid CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED reads a float32 input
 and int8 weights (scales per output channel or per tensor). LiteRT quantizes
 the input on the fly, per batch, multiplies integers and scales the sums back
-to float. TVM's frontend refuses these operators; this module writes them as
-two kernels of its own and Relax operators, step by step as LiteRT's kernels do:
+to float. TVM's frontend refuses these operators; this module writes each as
+one kernel of its own (:func:`conv_kernel`, :func:`dense_kernel`), with the int8
+weights as its constant and a description, so the microcontroller export runs
+it as one library function (:mod:`tvm_memsched.micro.nn`). Step by step, as
+LiteRT's builtin kernels compute:
 
 * **the input, quantized per batch** (per image; per row for fully connected
   layers). Depthwise convolutions, convolutions with per-channel scales (not all
-  equal) and fully connected layers with ``asymmetric_quantize_inputs``
-  : ``[-128, 127]`` with a zero point, from the
-  batch's minimum and maximum (both widened to include 0), scale and zero
-  point computed in double precision as LiteRT does, once per batch by one
-  kernel (:func:`quantization_params`), then applied by another
-  (:func:`quantize`; both described, so the microcontroller export runs them as
-  one library function each for every shape). Other fully connected
-  layers and per-tensor convolutions :
-  ``[-127, 127]``, scale ``max|x| / 127``. Values are rounded half away from
-  zero (LiteRT's ``TfLiteRound``; Relax's ``round`` rounds half to even), before
-  the zero point is added (LiteRT's vector code on Arm and x86). The result is
-  the integer ``q - zero point`` held in float32, and the batch's scale;
-* **the product of integers**: a float32 convolution / matmul of those values
-  with the int8 weights widened by ``astype`` (every partial sum is an integer,
-  exact in float32 below 2**24), which :class:`~tvm_memsched.relax.passes.
-  float_kernels.FloatKernels` stores int8 in the microcontroller export;
+  equal) and fully connected layers with ``asymmetric_quantize_inputs``:
+  ``[-128, 127]`` with a zero point, from the batch's minimum and maximum (both
+  widened to include 0), scale and zero point computed in double precision as
+  LiteRT does (:func:`quantization_params`). Other fully connected layers and
+  per-tensor convolutions: ``[-127, 127]``, scale ``max|x| / 127``. Values are
+  rounded half away from zero (LiteRT's ``TfLiteRound``; Relax's ``round``
+  rounds half to even), before the zero point is added (LiteRT's vector code on
+  Arm and x86);
+* **the product of integers**: the int32 sum of ``(q - zero point) * w`` over
+  the taps inside the image;
 * **the rescale**: ``sum * weight scale[channel] * input scale + bias``, then
   the fused activation, in the order of float operations of LiteRT's builtin
   (reference) kernels. LiteRT's default resolver hands hybrid convolutions and
@@ -31,11 +28,19 @@ two kernels of its own and Relax operators, step by step as LiteRT's kernels do:
   asymmetric, ties to even, fused multiply-add): its outputs differ from the
   builtin kernels' by up to a few percent, and these follow the builtin ones.
 
+The kernel finds every batch's parameters first, then quantizes each output
+pixel's window (a fully connected layer's row) once, before it writes that
+pixel's outputs: its output may overwrite its input as a float32 kernel's would,
+and no quantized copy of the input is ever held.
+
 Example
 -------
 >>> f = quantization_params((1, 4, 4, 8), asymmetric=True)
 >>> str(f.attrs["global_symbol"]), len(f.params)
 ('quant_params_asym_1x4x4x8', 2)
+>>> k = dense_kernel((1, 16), (4, 16), asymmetric=False, per_channel=True, has_bias=True)
+>>> str(k.attrs["global_symbol"]), [str(p.name) for p in k.params]
+('hybrid_dense', ['x', 'w', 'scales', 'bias', 'y'])
 """
 
 from __future__ import annotations
@@ -46,12 +51,10 @@ from tvm import relax, te, tirx
 
 from ..int8.kernels import finish
 
-__all__ = ["quantization_params", "quantize", "hybrid_conv2d", "hybrid_dense", "HYBRID_OPS"]
+__all__ = ["quantization_params", "conv_kernel", "dense_kernel", "hybrid_conv2d", "hybrid_dense", "HYBRID_OPS"]
 
 #: the operators LiteRT runs in dynamic-range form that are imported here
 HYBRID_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
-
-_ops = relax.op
 
 
 def _round_away(v, dtype: str):
@@ -64,19 +67,11 @@ def _round_away(v, dtype: str):
                                                                           tirx.const(0.0, dtype)))
 
 
-def quantization_params(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
-    """A kernel ``x`` (float32 ``shape``) -> ``(N, 3)``: per batch (axis 0) LiteRT's scale, its float32
-    inverse and the zero point of quantizing the rest of ``x`` on the fly.
-
-    ``asymmetric`` (``AsymmetricQuantizeFloats``): the range widened to include 0, scale
-    ``double(f32(max - min)) / 255``, the zero point of the smaller error, rounded half away from zero in
-    double; ``inv = f32(1 / f32(scale))``. Symmetric (``SymmetricQuantizeFloats``): scale
-    ``f32(max|x| / 127)``, ``inv = f32(127 / max|x|)``, zero point 0. An all-zero batch: scale 1, inverse 0.
-    """
+def _params(x, asymmetric: bool):
+    """TE: ``(N, 3)`` per batch of ``x`` (axis 0): LiteRT's scale, its float32 inverse and the zero point of
+    quantizing the batch on the fly (see :func:`quantization_params`)."""
     f32, f64 = "float32", "float64"
-    n = shape[0]
-    x = te.placeholder(shape, f32, "x")
-    rest = shape[1:]
+    n, rest = x.shape[0], x.shape[1:]
 
     def reduce(fn, name):
         axes = [te.reduce_axis((0, d), f"r{k}") for k, d in enumerate(rest)]
@@ -108,43 +103,145 @@ def quantization_params(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
             zp = c32(0.0)
         return tirx.Select(j == 0, s32, tirx.Select(j == 1, inv, zp))
 
-    out = te.compute((n, 3), param, name="params")
-    return finish([x, out], f"quant_params_{'asym' if asymmetric else 'sym'}_{'x'.join(map(str, shape))}",
-                  describe={"op": "quant_params", "x": list(shape), "asymmetric": bool(asymmetric)})
+    return te.compute((n, 3), param, name="params")
 
 
-def quantize(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
-    """A kernel ``(x, params) -> q``: float32 ``x`` (``shape``) quantized with each batch's parameters
-    (:func:`quantization_params`), as the integers ``q - zero point`` in float32: ``q = clip(zero point +
-    round(x * inverse), lo, 127)``, rounded half away from zero *before* the zero point is added (LiteRT's
-    vector code), ``lo`` -128 (asymmetric) or -127."""
+def quantization_params(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
+    """A kernel ``x`` (float32 ``shape``) -> ``(N, 3)``: per batch (axis 0) LiteRT's scale, its float32
+    inverse and the zero point of quantizing the rest of ``x`` on the fly, as every hybrid kernel here
+    computes them first (and the microcontroller library's ``tms_quant_params_f32``).
+
+    ``asymmetric`` (``AsymmetricQuantizeFloats``): the range widened to include 0, scale
+    ``double(f32(max - min)) / 255``, the zero point of the smaller error, rounded half away from zero in
+    double; ``inv = f32(1 / f32(scale))``. Symmetric (``SymmetricQuantizeFloats``): scale
+    ``f32(max|x| / 127)``, ``inv = f32(127 / max|x|)``, zero point 0. An all-zero batch: scale 1, inverse 0.
+    """
+    x = te.placeholder(shape, "float32", "x")
+    return finish([x, _params(x, asymmetric)],
+                  f"quant_params_{'asym' if asymmetric else 'sym'}_{'x'.join(map(str, shape))}")
+
+
+def _quantized(v, prm, b, asymmetric: bool):
+    """TIR: float32 ``v`` of batch ``b`` quantized with the batch's parameters ``prm`` as LiteRT does, as the
+    int32 ``q - zero point``: ``q = clip(zero point + round(v * inverse), lo, 127)``, rounded half away from
+    zero *before* the zero point is added (LiteRT's vector code), ``lo`` -128 (asymmetric) or -127."""
     f32 = "float32"
-    x = te.placeholder(shape, f32, "x")
-    params = te.placeholder((shape[0], 3), f32, "params")
-    lo, hi = tirx.const(-128.0 if asymmetric else -127.0, f32), tirx.const(127.0, f32)
-
-    def value(*i):
-        zp = params[i[0], 2]
-        q = zp + _round_away(x[i] * params[i[0], 1], f32)
-        return tirx.max(tirx.min(q, hi), lo) - zp
-
-    q = te.compute(shape, value, name="q")
-    return finish([x, params, q], f"quantize_{'asym' if asymmetric else 'sym'}_{'x'.join(map(str, shape))}",
-                  describe={"op": "quantize", "x": list(shape), "asymmetric": bool(asymmetric)})
+    zp = prm[b, 2]
+    q = zp + _round_away(v * prm[b, 1], f32)
+    q = tirx.max(tirx.min(q, tirx.const(127.0, f32)), tirx.const(-128.0 if asymmetric else -127.0, f32))
+    return q.astype("int32") - zp.astype("int32")
 
 
-def _quantize(x, shape, asymmetric: bool, bb):
-    """``(q - zero point`` as float32 ``shape``, the scale ``(N, 1, ...)``) of float32 ``x``, quantized per
-    batch as LiteRT does (:func:`quantization_params`, :func:`quantize`)."""
-    shape = tuple(int(d) for d in shape)
-    n = shape[0]
-    find, apply = (bb.add_func(f, str(f.attrs["global_symbol"]))
-                   for f in (quantization_params(shape, asymmetric), quantize(shape, asymmetric)))
-    params = bb.emit(relax.call_tir(find, [x], relax.TensorType([n, 3], "float32")))
-    q = relax.call_tir(apply, [x, params], relax.TensorType(list(shape), "float32"))
-    keep = [n] + [1] * (len(shape) - 1)
-    scale = _ops.reshape(_ops.strided_slice(params, axes=[1], begin=[0], end=[1]), keep)
-    return q, scale
+def _rescale(acc, sx, ws, bias, lo, hi, w_first: bool):
+    """TIR: the int32 sum ``acc`` as LiteRT's builtin kernels scale it back to float32: ``(sum * weight
+    scale) * input scale`` (``w_first``: a per-channel convolution) or ``sum * (weight scale * input
+    scale)``, plus the bias, then the activation range (``max`` / ``min`` as Relax's ``relu`` / ``clip``)."""
+    v = acc.astype("float32")
+    v = v * ws * sx if w_first else v * (ws * sx)
+    if bias is not None:
+        v = v + bias
+    if lo is not None:
+        v = tirx.max(v, tirx.const(float(lo), "float32"))
+    if hi is not None:
+        v = tirx.min(v, tirx.const(float(hi), "float32"))
+    return v
+
+
+def _schedule(func, at: dict) -> tvm.tirx.PrimFunc:
+    """``compute_at`` the blocks of ``at`` (name: how many loops of block ``y`` deep, -1 the innermost; in
+    reverse order of creation) in scope ``local``; the others stay where they are (computed first)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    for name, depth in at.items():
+        blk = sch.get_sblock(name)
+        sch.compute_at(blk, sch.get_loops(sch.get_sblock("y"))[depth], preserve_unit_loops=False)
+        sch.set_scope(blk, 0, "local")
+    for name in ("mn", "mx", "params"):
+        sch.set_scope(sch.get_sblock(name), 0, "local")
+    return sch.mod["main"]
+
+
+def conv_kernel(x_shape, w_shape, out_shape, *, strides, padding, dilation, depthwise: bool, asymmetric: bool,
+                per_channel: bool, w_first: bool, has_bias: bool, lo=None, hi=None) -> tvm.tirx.PrimFunc:
+    """A hybrid NHWC convolution, one kernel ``(x, w, scales, [bias]) -> y`` as LiteRT's builtin kernels
+    compute it: each image of the float32 input ``x`` quantized on the fly (:func:`quantization_params`,
+    ``asymmetric`` or symmetric), the int32 sum of ``(q - zero point) * w`` over the taps inside the image
+    with ``w`` int8 OHWI (depthwise: ``(1, kh, kw, C * multiplier)``), rescaled as :func:`_rescale` says
+    into float32 ``y``; ``scales`` float32, one per output channel (or one, ``per_channel`` False).
+    ``padding``: top, left (, bottom, right).
+
+    The parameters of every image are found first; then, pixel by pixel, a convolution quantizes the pixel's
+    window once and computes every output channel from it, a depthwise convolution each channel from its
+    taps: every read of an output's inputs comes before its write, which lets the output overwrite ``x``
+    as a float32 kernel's would (:mod:`tvm_memsched.relax.analysis.inplace`)."""
+    n_, h_, wd_, c_ = x_shape
+    sh, sw = strides
+    dh, dw = dilation
+    pt, pl = padding[0], padding[1]
+    oc_ = out_shape[3]
+    x = te.placeholder(x_shape, "float32", "x")
+    w = te.placeholder(w_shape, "int8", "w")
+    scales = te.placeholder((oc_ if per_channel else 1,), "float32", "scales")
+    b = te.placeholder((oc_,), "float32", "bias") if has_bias else None
+    prm = _params(x, asymmetric)
+    kh_, kw_ = w_shape[1], w_shape[2]
+    rh, rw = te.reduce_axis((0, kh_), "rh"), te.reduce_axis((0, kw_), "rw")
+    zero = tirx.const(0, "int32")
+
+    def tap(n, oh, ow, kh, kw, c):
+        ih, iw = oh * sh - pt + kh * dh, ow * sw - pl + kw * dw
+        inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < wd_)
+        xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), c]
+        return tirx.if_then_else(inside, _quantized(xv, prm, n, asymmetric), zero)
+
+    if depthwise:
+        mult = oc_ // c_                    # output channel oc reads input channel oc // mult
+        acc = te.compute(out_shape, lambda n, oh, ow, oc: te.sum(
+            tap(n, oh, ow, rh, rw, oc if mult == 1 else oc // mult) * w[0, rh, rw, oc].astype("int32"),
+            axis=[rh, rw]), name="acc")
+        at = {"acc": -1}
+    else:
+        win = te.compute((n_, out_shape[1], out_shape[2], kh_, kw_, c_), tap, name="win")
+        rc = te.reduce_axis((0, c_), "rc")
+        acc = te.compute(out_shape, lambda n, oh, ow, oc: te.sum(
+            win[n, oh, ow, rh, rw, rc] * w[oc, rh, rw, rc].astype("int32"), axis=[rh, rw, rc]), name="acc")
+        at = {"acc": -1, "win": 2}
+    y = te.compute(out_shape, lambda n, oh, ow, oc: _rescale(
+        acc[n, oh, ow, oc], prm[n, 0], scales[oc if per_channel else 0], None if b is None else b[oc],
+        lo, hi, w_first), name="y")
+    op = "hybrid_depthwise_conv2d" if depthwise else "hybrid_conv2d"
+    desc = {"op": op, "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "strides": list(strides),
+            "padding": list(padding), "dilation": list(dilation), "asymmetric": asymmetric,
+            "per_channel": per_channel, "w_first": w_first, "has_bias": has_bias, "lo": lo, "hi": hi}
+    params = [x, w, scales] + ([b] if b is not None else []) + [y]
+    return finish(params, op, describe=desc, schedule=lambda f: _schedule(f, at))
+
+
+def dense_kernel(x_shape, w_shape, *, asymmetric: bool, per_channel: bool, has_bias: bool, lo=None,
+                 hi=None) -> tvm.tirx.PrimFunc:
+    """A hybrid fully connected layer, one kernel ``(x, w, scales, [bias]) -> y``: each row of float32
+    ``x`` ``(rows, K)`` quantized on its own (``asymmetric`` or symmetric) once, then every unit of ``w``
+    int8 ``(N, K)`` from it: ``bias + sum * (weight scale * row scale)``, clamped."""
+    rows, k_ = x_shape
+    units = w_shape[0]
+    x = te.placeholder(x_shape, "float32", "x")
+    w = te.placeholder(w_shape, "int8", "w")
+    scales = te.placeholder((units if per_channel else 1,), "float32", "scales")
+    b = te.placeholder((units,), "float32", "bias") if has_bias else None
+    prm = _params(x, asymmetric)
+    win = te.compute(x_shape, lambda r, k: _quantized(x[r, k], prm, r, asymmetric), name="win")
+    rk = te.reduce_axis((0, k_), "rk")
+    acc = te.compute((rows, units), lambda r, u: te.sum(win[r, rk] * w[u, rk].astype("int32"), axis=[rk]),
+                     name="acc")
+    y = te.compute((rows, units), lambda r, u: _rescale(
+        acc[r, u], prm[r, 0], scales[u if per_channel else 0], None if b is None else b[u], lo, hi, False),
+        name="y")
+    desc = {"op": "hybrid_dense", "x": list(x_shape), "w": list(w_shape), "y": [rows, units],
+            "asymmetric": asymmetric, "per_channel": per_channel, "w_first": False, "has_bias": has_bias,
+            "lo": lo, "hi": hi}
+    params = [x, w, scales] + ([b] if b is not None else []) + [y]
+    return finish(params, "hybrid_dense", describe=desc, schedule=lambda f: _schedule(f, {"acc": -1, "win": 0}))
 
 
 def _same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
@@ -153,63 +250,68 @@ def _same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]
     return total // 2, total - total // 2
 
 
+def _activation(lo, hi):
+    """The activation range as the kernels take it: ReLU ``(0, None)``, a clip ``(lo, hi)``, or none."""
+    if (lo is None) != (hi is None) and not (lo == 0.0 and hi is None):
+        raise ValueError(f"activation range [{lo}, {hi}]: give both bounds or the ReLU's")
+    return lo, hi
+
+
+def _call(bb, kernel, args, out_shape):
+    """``call_tir`` of ``kernel``, added to ``bb`` under a name of its own (its C symbol too)."""
+    func = bb.add_func(kernel, str(kernel.attrs["global_symbol"]))
+    bb.update_func(func, kernel.with_attr("global_symbol", func.name_hint))
+    return relax.call_tir(func, args, relax.TensorType([int(d) for d in out_shape], "float32"))
+
+
+def _constants(w_scale, bias):
+    scale = np.asarray(w_scale, np.float32).reshape(-1)
+    consts = [relax.const(scale, "float32")]
+    if bias is not None:
+        consts.append(relax.const(np.asarray(bias, np.float32).reshape(-1), "float32"))
+    return scale, consts
+
+
 def hybrid_conv2d(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, *, depthwise: bool, strides,
                   dilation, same: bool, act_lo=None, act_hi=None):
-    """A hybrid NHWC convolution (its quantization kernel added to BlockBuilder ``bb``): ``x`` float32
-    ``x_shape``; ``w`` the int8 filter in TFLite's layout (OHWI, or
-    ``(1, kh, kw, C * multiplier)`` when ``depthwise``); ``w_scale`` one scale per output channel (or one);
-    ``bias`` a float32 array or None; the output clamped to ``[act_lo, act_hi]`` (None: open)."""
-    n, h, wd, c = x_shape
-    scale = np.asarray(w_scale, np.float32).reshape(-1)
+    """A hybrid NHWC convolution (its kernels added to BlockBuilder ``bb``): ``x`` float32 ``x_shape``;
+    ``w`` the int8 filter in TFLite's layout (OHWI, or ``(1, kh, kw, C * multiplier)`` when
+    ``depthwise``); ``w_scale`` one scale per output channel (or one); ``bias`` a float32 array or None;
+    the output clamped to ``[act_lo, act_hi]`` (None: open)."""
+    lo, hi = _activation(act_lo, act_hi)
+    n, h, wd, c = (int(d) for d in x_shape)
+    scale, consts = _constants(w_scale, bias)
     # LiteRT: a depthwise convolution always quantizes its input asymmetrically, a convolution only with
     # per-channel scales that are not all equal
     per_channel = depthwise or bool(np.any(scale != scale[0]))
-    q, sx = _quantize(x, x_shape, per_channel, bb)
-    if depthwise:
-        kh, kw, oc = w.shape[1], w.shape[2], w.shape[3]
-        if c == 1:
-            kernel, layout, groups = w.reshape(kh, kw, 1, oc), "HWIO", 1
-        else:
-            kernel, layout, groups = w.reshape(kh, kw, oc, 1), "HWOI", c
-    else:
-        oc, kh, kw = w.shape[0], w.shape[1], w.shape[2]
-        kernel, layout, groups = np.ascontiguousarray(w.transpose(1, 2, 3, 0)), "HWIO", 1
+    kh, kw = w.shape[1], w.shape[2]
+    w_first = per_channel and not depthwise
+    if depthwise and c == 1:                 # one input channel: a convolution with C * multiplier filters
+        w, depthwise = np.ascontiguousarray(w.reshape(kh, kw, -1).transpose(2, 0, 1)[..., None]), False
+    oc = w.shape[3] if depthwise else w.shape[0]
     pads = [0, 0, 0, 0]
     if same:
         (pt, pb), (pl, pr) = (_same_pads(h, kh, strides[0], dilation[0]), _same_pads(wd, kw, strides[1], dilation[1]))
         pads = [pt, pl, pb, pr]
-    wf = _ops.astype(relax.const(np.ascontiguousarray(kernel, np.int8), "int8"), "float32")
-    acc = _ops.nn.conv2d(q, wf, strides=list(strides), padding=pads, dilation=list(dilation), groups=groups,
-                         data_layout="NHWC", kernel_layout=layout, out_dtype="float32")
-    if per_channel and not depthwise:        # (sum * weight scale) * input scale, LiteRT's reference order
-        y = _ops.multiply(_ops.multiply(acc, relax.const(scale, "float32")), sx)
-    else:                                    # sum * (weight scale * input scale)
-        y = _ops.multiply(acc, _ops.multiply(relax.const(scale if scale.size > 1 else scale[0], "float32"), sx))
-    return _finish(y, bias, act_lo, act_hi)
+    oh = (h + pads[0] + pads[2] - (kh - 1) * dilation[0] - 1) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - (kw - 1) * dilation[1] - 1) // strides[1] + 1
+    kernel = conv_kernel((n, h, wd, c), tuple(w.shape), (n, oh, ow, oc), strides=tuple(strides), padding=pads,
+                         dilation=tuple(dilation), depthwise=depthwise, asymmetric=per_channel,
+                         per_channel=scale.size > 1,
+                         w_first=w_first, has_bias=bias is not None, lo=lo, hi=hi)
+    return _call(bb, kernel, [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"), *consts], (n, oh, ow, oc))
 
 
 def hybrid_dense(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, act_lo=None, act_hi=None,
                  asymmetric: bool = False):
-    """A hybrid fully connected layer (its quantization kernel added to ``bb``): ``x`` float32 ``x_shape``
+    """A hybrid fully connected layer (its kernels added to ``bb``): ``x`` float32 ``x_shape``
     ``(rows, K)``, ``w`` int8 ``(N, K)``, one scale (or one
     per unit); each row quantized on its own, symmetrically unless ``asymmetric`` (the layer's
     ``asymmetric_quantize_inputs``). ``bias + sum * (weight scale * row scale)``."""
-    q, sx = _quantize(x, x_shape, asymmetric, bb)
-    wf = _ops.astype(relax.const(np.ascontiguousarray(w.T, np.int8), "int8"), "float32")
-    acc = _ops.matmul(q, wf, out_dtype="float32")
-    scale = np.asarray(w_scale, np.float32).reshape(-1)
-    y = _ops.multiply(acc, _ops.multiply(relax.const(scale if scale.size > 1 else scale[0], "float32"), sx))
-    return _finish(y, bias, act_lo, act_hi, bias_first=True)
-
-
-def _finish(y, bias, lo, hi, bias_first: bool = False):
-    if bias is not None:
-        b = relax.const(np.asarray(bias, np.float32).reshape(-1), "float32")
-        y = _ops.add(b, y) if bias_first else _ops.add(y, b)
-    if lo == 0.0 and hi is None:
-        return _ops.nn.relu(y)
-    if lo is not None and hi is not None:
-        return _ops.clip(y, float(lo), float(hi))
-    if lo is not None or hi is not None:
-        raise ValueError(f"activation range [{lo}, {hi}]: give both bounds or the ReLU's")
-    return y
+    lo, hi = _activation(act_lo, act_hi)
+    rows, k = (int(d) for d in x_shape)
+    scale, consts = _constants(w_scale, bias)
+    kernel = dense_kernel((rows, k), tuple(w.shape), asymmetric=asymmetric, per_channel=scale.size > 1,
+                          has_bias=bias is not None, lo=lo, hi=hi)
+    return _call(bb, kernel, [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"), *consts],
+                 (rows, w.shape[0]))

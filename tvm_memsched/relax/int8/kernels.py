@@ -108,16 +108,20 @@ def description(func) -> dict | None:
     return desc
 
 
-def finish(tensors, name: str, *, reduce_into: str | None = None, describe: dict | None = None) -> tvm.tirx.PrimFunc:
+def finish(tensors, name: str, *, reduce_into: str | None = None, describe: dict | None = None,
+           schedule=None) -> tvm.tirx.PrimFunc:
     """PrimFunc of the TE ``tensors`` (inputs ..., output), reductions computed per output element.
 
     ``describe``: the operator and its parameters (JSON-serialisable), stored with the structural hash of
     the function in the :data:`DESCRIPTION` attribute, so code generators can recognise the kernel
-    (:func:`description`) and replace it by an equivalent one.
+    (:func:`description`) and replace it by an equivalent one. ``schedule``: a function of the PrimFunc
+    giving the scheduled one, in place of ``reduce_into``.
     """
     func = te.create_prim_func(list(tensors))
     if reduce_into is not None:
         func = schedule_reductions(func, reduce_into)
+    if schedule is not None:
+        func = schedule(func)
     if describe is not None:
         desc = dict(describe, hash=str(tvm_ffi.structural_hash(strip_attrs(func))))
         func = func.with_attr(DESCRIPTION, json.dumps(desc, sort_keys=True, default=int))

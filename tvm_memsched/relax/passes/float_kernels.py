@@ -22,10 +22,6 @@ In a model that widens float16 constants (``astype`` of a float16 constant: the
 whose weights and bias are all float16 values keeps them float16 (``uint16``
 bits, half the flash) and widens each exactly as it reads it
 (:func:`widen_half`): the products and sums are those of the float32 weights.
-Likewise in a model that widens int8 constants (dynamic-range quantized models,
-whose kernels multiply integer-valued activations by the int8 weights and scale
-the sums after), a kernel whose weights are all int8 values keeps them int8 (a
-quarter of the flash); its bias stays float32.
 
 Convolutions other than NHWC (an NCHW model whose layout was kept), grouped
 convolutions that are not depthwise, non-float32 or dynamic shapes are left to
@@ -53,7 +49,7 @@ __all__ = ["FloatKernels", "lower_float", "conv2d_f32", "dense_f32", "FloatRepor
            "widened_types", "WEIGHT_TYPES"]
 
 #: how a float kernel may store its weights (:func:`_storage` gives the dtypes and readers of each)
-WEIGHT_TYPES = ("float32", "float16", "int8")
+WEIGHT_TYPES = ("float32", "float16")
 
 _INF = float("inf")
 
@@ -84,8 +80,6 @@ def _storage(weights: str) -> tuple[str, str, object, object]:
     same = lambda v: v          # noqa: E731
     if weights == "float16":
         return "uint16", "uint16", widen_half, widen_half
-    if weights == "int8":
-        return "int8", "float32", lambda v: v.astype("float32"), same
     return "float32", "float32", same, same
 
 
@@ -119,7 +113,7 @@ def conv2d_f32(x_shape, w_shape, out_shape, *, strides, padding, dilation, depth
     per-channel bias, plus a residual of the output's shape, clamped to ``[lo, hi]`` (None: unbounded).
 
     ``weights`` (:data:`WEIGHT_TYPES`): ``"float16"``: weights and bias are float16 bits (``uint16``),
-    widened exactly as read (:func:`widen_half`); ``"int8"``: int8 weights, float32 bias.
+    widened exactly as read (:func:`widen_half`).
     Parameters: x, w, [bias], [residual], y."""
     n_, h_, w_, c_ = x_shape
     sh, sw = strides
@@ -207,7 +201,6 @@ class FloatReport:
     def __init__(self):
         self.lowered: dict = {}
         self.half = 0            # kernels whose weights stay float16 (the model widened float16 constants)
-        self.int8 = 0            # kernels whose weights stay int8 (the model widened int8 constants)
 
     @property
     def total(self) -> int:
@@ -215,8 +208,7 @@ class FloatReport:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.lowered.items()))
-        kept = "".join(f"; {n} with {t} weights kept {t}" for n, t in ((self.half, "float16"), (self.int8, "int8"))
-                       if n)
+        kept = f"; {self.half} with float16 weights kept float16" if self.half else ""
         return f"float kernels: {self.total} ({kinds}{kept})" if self.total else "float kernels: none"
 
 
@@ -314,7 +306,7 @@ def _match(view: FunctionView, var, taken: set):
 
 def widened_types(func) -> set:
     """The dtypes of the constants ``func`` widens to float32 (``astype``): float16 in a model with float16
-    weights, int8 in a dynamic-range quantized one."""
+    weights."""
     found = set()
 
     def visit(e):
@@ -329,12 +321,6 @@ def widened_types(func) -> set:
 def widens_half(func) -> bool:
     """True when ``func`` widens a float16 constant to float32 (a model with float16 weights)."""
     return "float16" in widened_types(func)
-
-
-def _int8_exact(a: np.ndarray) -> bool:
-    """Every value of float32 ``a`` is an int8 value."""
-    a = np.asarray(a, np.float32)
-    return bool(np.all((a == np.round(a)) & (a >= -128) & (a <= 127)))
 
 
 def _stored(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -357,7 +343,7 @@ def _as_half(a: np.ndarray) -> np.ndarray:
 
 def lower_float(mod, keep_half: bool = True) -> tuple["tvm.IRModule", FloatReport]:
     """Replace the float32 convolution / matmul chains of ``mod["main"]`` (see the module docstring);
-    ``keep_half=False`` stores float16 and int8 weights as float32 too."""
+    ``keep_half=False`` stores float16 weights as float32 too."""
     report = FloatReport()
     main = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else None
     if not isinstance(main, relax.Function):
@@ -378,9 +364,6 @@ def lower_float(mod, keep_half: bool = True) -> tuple["tvm.IRModule", FloatRepor
         if "float16" in widened and _half_exact(w) and (bias is None or _half_exact(bias)):
             weights = "float16"
             report.half += 1
-        elif "int8" in widened and _int8_exact(w):
-            weights = "int8"
-            report.int8 += 1
         else:
             weights = "float32"
         common = dict(has_bias=bias is not None, residual=residual is not None, lo=lo, hi=hi, weights=weights)
