@@ -767,14 +767,22 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None):
         xa, y = shared[y_in_x // 4:], shared
     packed = aligned(w.reshape(-1) if op == "hybrid_depthwise_conv2d" else nn.pack_weights(w))
     table = aligned(nn.hybrid_table(d, w, scales, bias))
-    scratch = np.zeros(nn.hybrid_scratch_bytes(d) // 4 + 2, np.float32)
+    scratch = np.zeros(nn.hybrid_scratch_bytes(d) // 4 + 2, np.float32)     # parameters, then windows / row
+    x_shape = d["x"]
+    batches = math.prod(x_shape[:-1]) if op == "hybrid_dense" else x_shape[0]
+    c = ctypes.c_uint32
+    lib.tms_quant_params_f32(c(batches), c(x.size // batches), ctypes.c_int32(int(d["asymmetric"])), ptr(xa),
+                             ptr(scratch))
+    col = ptr(scratch[3 * batches:])
     if op == "hybrid_dense":
-        prm = FcF(**nn._fcf_params(d, False))
-        fn = lib.tms_hfc_f32
+        lib.tms_hfc_f32(ctypes.byref(FcF(**nn._fcf_params(d, False))), ptr(xa), ptr(packed), ptr(table), ptr(y),
+                        ptr(scratch), col)
+    elif op == "hybrid_conv2d":
+        lib.tms_hconv_f32(ctypes.byref(ConvF(**nn._convf_params(d, False))), ptr(xa), ptr(packed), ptr(table),
+                          ptr(y), ptr(scratch), col)
     else:
-        prm = ConvF(**nn._convf_params(d, False))
-        fn = lib.tms_hconv_f32 if op == "hybrid_conv2d" else lib.tms_hdwconv_f32
-    fn(ctypes.byref(prm), ptr(xa), ptr(packed), ptr(table), ptr(y), ptr(scratch))
+        lib.tms_hdwconv_f32(ctypes.byref(ConvF(**nn._convf_params(d, False))), ptr(xa), ptr(packed), ptr(table),
+                            ptr(y), ptr(scratch))
     return y[:size].reshape(d["y"])
 
 

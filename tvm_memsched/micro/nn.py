@@ -457,13 +457,12 @@ def params_fit(kernel: NnKernel) -> bool:
     return _fits(params)
 
 
-def _with_scratch(kernel: NnKernel, ctype: str, call: str) -> list[str]:
-    """C lines that take the kernel's scratch (``col_bytes``) from the planned workspace, end ``call`` (an
-    unfinished argument list) with it, and give it back."""
+def _with_scratch(kernel: NnKernel, ctype: str, *statements: str) -> list[str]:
+    """C lines that take the kernel's scratch (``col_bytes``, ``ctype* scratch``) from the planned workspace,
+    run ``statements`` (which use it) and give it back."""
     return ["  int32_t dev_id = 0;",
             f"  {ctype}* scratch = ({ctype}*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t){kernel.col_bytes}ULL, 0, 8);",
-            "  if (scratch == NULL) return -1;",
-            f"  {call}scratch);",
+            "  if (scratch == NULL) return -1;", *(f"  {st}" for st in statements),
             "  if (TVMBackendFreeWorkspace(1, dev_id, scratch) != 0) return -1;"]
 
 
@@ -477,11 +476,13 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
     if op == "conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
         body += _with_scratch(kernel, "int8_t", f"tms_conv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
-                              f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, ")
+                              f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
+                              "scratch);")
     elif op == "depthwise_conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
         body += _with_scratch(kernel, "void", f"tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
-                              f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, ")
+                              f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
+                              "scratch);")
     elif op == "dense":
         head.append(_struct("tms_fc_t", var, _fc_params(d)))
         body.append(f"  tms_fc_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
@@ -509,10 +510,17 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         dense = op == "hybrid_dense"
         head.append(_struct("tms_fcf_t" if dense else "tms_convf_t", var,
                             _fcf_params(d, False) if dense else _convf_params(d, False)))
+        x = d["x"]
+        batches, length = (math.prod(x[:-1]), x[-1]) if dense else (x[0], math.prod(x[1:]))
         fn = {"hybrid_conv2d": "tms_hconv_f32", "hybrid_depthwise_conv2d": "tms_hdwconv_f32",
               "hybrid_dense": "tms_hfc_f32"}[op]
-        body += _with_scratch(kernel, "void", f"{fn}(&{var}, {_arg(0, 'const float*')}, {_arg(1, 'const int8_t*')}, "
-                              f"{_arg(2, 'const void*')}, {_arg(3, 'float*')}, ")
+        col = "" if op == "hybrid_depthwise_conv2d" else f", (int8_t*)(scratch + {3 * batches})"
+        # the batches' parameters first, by a call of their own (the stack holds it or the kernel, not both)
+        body += _with_scratch(kernel, "float",
+                              f"tms_quant_params_f32({batches}u, {length}u, {int(bool(d['asymmetric']))}, "
+                              f"{_arg(0, 'const float*')}, scratch);",
+                              f"{fn}(&{var}, {_arg(0, 'const float*')}, {_arg(1, 'const int8_t*')}, "
+                              f"{_arg(2, 'const void*')}, {_arg(3, 'float*')}, scratch{col});")
     elif op == "lut":
         head = head[:1]
         body.append(f"  tms_lut_s8({math.prod(d['y'])}u, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "

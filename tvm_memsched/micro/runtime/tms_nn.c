@@ -1303,7 +1303,7 @@ static tms_hq_t hq_of(const float* qp, int asym) {
 
 /* Window of output pixel (oy, ox) of float image xb, quantized, into column slot j: the padding as the zero
  * point (so q * w summed over the window minus zp times the weights' sum is (q - zp) * w inside the image) */
-static void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int32_t ox, int8_t* col, int j,
+TMS_INLINE void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int32_t ox, int8_t* col, int j,
                      const tms_hq_t* h) {
   const int32_t C = p->in_c;
   const float inv = h->inv;
@@ -1335,10 +1335,8 @@ static void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int32_t 
   }
 }
 
-/* The kernels' drivers find every batch's parameters first (as the TIR kernel does) and leave the work to a
- * function of its own, so the stack holds either one or the other. */
-TMS_DRIVER void hconv_body(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                           const float* qp, int8_t* col) {
+void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                   const float* qp, int8_t* col) {
   const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, OC = p->out_c;
   const int32_t npix = p->out_h * p->out_w, in_len = p->in_h * p->in_w * p->in_c;
   const int asym = (p->flags & TMS_F_ASYM) != 0;
@@ -1351,11 +1349,8 @@ TMS_DRIVER void hconv_body(const tms_convf_t* p, const float* x, const int8_t* w
     int32_t oy = 0, ox = 0;
     for (int32_t pix = 0; pix < npix; pix += 2) {
       const int two = pix + 1 < npix;
-      /* both windows are read before any output of theirs is written */
-      im2col_q(p, xb, oy, ox, col, 0, &h);
-      if (++ox == p->out_w) ox = 0, ++oy;
-      if (two) {
-        im2col_q(p, xb, oy, ox, col, 1, &h);
+      for (int j = 0; j <= two; ++j) {   /* both windows are read before any output of theirs is written */
+        im2col_q(p, xb, oy, ox, col, j, &h);
         if (++ox == p->out_w) ox = 0, ++oy;
       }
       float* y0 = yb + pix * OC;
@@ -1377,13 +1372,6 @@ TMS_DRIVER void hconv_body(const tms_convf_t* p, const float* x, const int8_t* w
       }
     }
   }
-}
-
-void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                   void* scratch) {
-  float* qp = (float*)scratch;
-  tms_quant_params_f32(p->batch, (uint32_t)p->in_h * p->in_w * p->in_c, (p->flags & TMS_F_ASYM) != 0, x, qp);
-  hconv_body(p, x, w, tab, y, qp, (int8_t*)(qp + 3 * p->batch));
 }
 
 /* One output pixel of a depthwise convolution: channels in blocks of four (each block's taps read before
@@ -1423,8 +1411,8 @@ TMS_INLINE void hdw_pixel(const tms_convf_t* p, const float* xb, const int8_t* w
   }
 }
 
-TMS_DRIVER void hdw_body(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                         const float* qp) {
+void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
+                     const float* qp) {
   const int32_t C = p->in_c, in_len = p->in_h * p->in_w * C;
   const int asym = (p->flags & TMS_F_ASYM) != 0;
   for (int32_t b = 0; b < p->batch; ++b) {
@@ -1446,15 +1434,8 @@ TMS_DRIVER void hdw_body(const tms_convf_t* p, const float* x, const int8_t* w, 
   }
 }
 
-void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                     void* scratch) {
-  float* qp = (float*)scratch;
-  tms_quant_params_f32(p->batch, (uint32_t)p->in_h * p->in_w * p->in_c, (p->flags & TMS_F_ASYM) != 0, x, qp);
-  hdw_body(p, x, w, tab, y, qp);
-}
-
-TMS_DRIVER void hfc_body(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                         const float* qp, int8_t* row) {
+void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, const float* qp,
+                 int8_t* row) {
   const int32_t K = p->in_n, N = p->out_n, K4 = (K + 3) & ~3;
   const int asym = (p->flags & TMS_F_ASYM) != 0;
   const tms_i32a_t* sumw = (const tms_i32a_t*)tab + 2 * N;
@@ -1469,12 +1450,6 @@ TMS_DRIVER void hfc_body(const tms_fcf_t* p, const float* x, const int8_t* w, co
       if (c + 1 < N) y[c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, N, c + 1, acc[1] - h.zp * sumw[c + 1], h.sx);
     }
   }
-}
-
-void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, void* scratch) {
-  float* qp = (float*)scratch;
-  tms_quant_params_f32(p->rows, p->in_n, (p->flags & TMS_F_ASYM) != 0, x, qp);
-  hfc_body(p, x, w, tab, y, qp, (int8_t*)(qp + 3 * p->rows));
 }
 
 /* The float kernels, once per weight type (tms_nn_float.inc): float32 weights (tms_conv_f32, ...), and

@@ -120,20 +120,21 @@ void tms_fc_f32h(const tms_fcf_t* p, const float* x, const uint16_t* w, const ui
  * tvm_memsched.relax.frontends.tflite_hybrid.quantization_params, which this computes bit for bit) */
 void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, float* y);
 /* dynamic-range quantized ("hybrid") operators, as LiteRT's builtin kernels compute them: each batch of the
- * float32 input quantized on the fly (parameters as tms_quant_params_f32, TMS_F_ASYM: asymmetric, else
- * symmetric), int8 weights packed as the integer kernels' (the depthwise one's: kh * kw * C as in the file),
- * the int32 sums of (q - zp) * w scaled back to float32: (sum * weight scale) * input scale with
- * TMS_F_WFIRST, else sum * (weight scale * input scale), plus the bias (TMS_F_BIAS), clamped (TMS_F_LO,
- * TMS_F_HI). tab: C weight scales, C biases, then (not the depthwise one) C int32 sums of each channel's
- * weights. scratch (4-byte aligned): the batches' parameters, 12 bytes each, then a convolution's two
- * quantized windows (TMS_CONV_COL_BYTES) or a fully connected layer's quantized row (in_n bytes). */
+ * float32 input quantized on the fly with its parameters qp (tms_quant_params_f32 first, with TMS_F_ASYM:
+ * asymmetric, else symmetric), int8 weights packed as the integer kernels' (the depthwise one's: kh * kw * C
+ * as in the file), the int32 sums of (q - zp) * w scaled back to float32: (sum * weight scale) * input scale
+ * with TMS_F_WFIRST, else sum * (weight scale * input scale), plus the bias (TMS_F_BIAS), clamped (TMS_F_LO,
+ * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases, then (not the depthwise one) C int32 sums of
+ * each channel's weights. col: a convolution's two quantized windows (TMS_CONV_COL_BYTES, 4-byte aligned), a
+ * fully connected layer's quantized row (in_n bytes). */
 #define TMS_F_WFIRST 32
 #define TMS_F_ASYM 64
 void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                   void* scratch);
+                   const float* qp, int8_t* col);
 void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                     void* scratch);
-void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, void* scratch);
+                     const float* qp);
+void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, const float* qp,
+                 int8_t* row);
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
