@@ -752,8 +752,9 @@ def aligned(a: np.ndarray, align: int = 16) -> np.ndarray:
     return out
 
 
-def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None):
-    """The library's output; ``y_in_x``: the output placed this many bytes below the input, in one buffer."""
+def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0):
+    """The library's output; ``y_in_x``: the output placed this many bytes below the input, in one buffer;
+    ``consume``: a depthwise convolution may overwrite its input."""
     from tvm_memsched.relax.int8.kernels import description
 
     d = description(f)
@@ -782,7 +783,7 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None):
                           ptr(y), ptr(scratch), col)
     else:
         lib.tms_hdwconv_f32(ctypes.byref(ConvF(**nn._convf_params(d, False))), ptr(xa), ptr(packed), ptr(table),
-                            ptr(y), ptr(scratch))
+                            ptr(y), ptr(scratch), ctypes.c_int32(consume))
     return y[:size].reshape(d["y"])
 
 
@@ -796,8 +797,9 @@ def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(lib, op):
     for case in range(25):
         f, x, w, scales, bias = hybrid_case(rng, op)
         want = hybrid_tir(f, x, w, scales, bias)
-        got = hybrid_lib(lib, f, x, w, scales, bias)
-        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (case, f.attrs["tvm_memsched.nn"])
+        for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
+            got = hybrid_lib(lib, f, x.copy(), w, scales, bias, consume=consume)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (case, consume, dict(f.attrs))
 
 
 @pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
@@ -812,10 +814,42 @@ def test_hybrid_kernels_in_place_at_the_lag_the_tir_analysis_allows(lib, op):
         shifts = [s for i, o, s in kernel_inplace_shifts(f, len(f.params) - 1) if i == 0]
         if not shifts:
             continue
-        got = hybrid_lib(lib, f, x, w, scales, bias, y_in_x=min(shifts))
-        assert np.array_equal(got, hybrid_tir(f, x, w, scales, bias)), case
+        for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
+            got = hybrid_lib(lib, f, x, w, scales, bias, y_in_x=min(shifts), consume=consume)
+            assert np.array_equal(got, hybrid_tir(f, x, w, scales, bias)), (case, consume)
         tried += 1
     assert tried >= 8
+
+
+def test_a_call_overwrites_its_input_only_where_nothing_reads_it_again():
+    """``input_dies``: later reads of any byte of the input, before a later output covers it, keep it (a TVM
+    kernel's arguments count as reads but for the params it only writes); so do the program's outputs and new
+    states; the call's own output frees it too; tensors outside the arena are never overwritten."""
+    from types import SimpleNamespace
+
+    from tvm_memsched.micro.codegen import KernelCall, Tensor
+
+    def t(off, n, base="arena"):
+        return Tensor((base, off if base == "arena" else 0), 0 if base == "arena" else off, (n,), "int8")
+
+    lib_kernels = {"dw": nn.NnKernel("dw", "hybrid_depthwise_conv2d", {}), "conv": nn.NnKernel("conv", "conv2d", {})}
+
+    def dies(later, final=(), x=None, y=None):
+        calls = [KernelCall("dw", [x or t(0, 100), t(500, 8, "param"), y or t(200, 100)])] + later
+        prog = SimpleNamespace(calls=calls, output_copies=[(0, f) for f in final], state_copies=[], output_places=[],
+                               kernels=SimpleNamespace(outputs={"tvm_add": frozenset({2})}))
+        return nn.input_dies(prog, 0, lib_kernels)
+
+    assert dies([])
+    assert not dies([KernelCall("conv", [t(90, 20), t(300, 10)])])                  # reads x[90:100]
+    assert dies([KernelCall("conv", [t(300, 10), t(0, 100)]), KernelCall("conv", [t(0, 10), t(400, 5)])])
+    assert not dies([KernelCall("conv", [t(300, 10), t(0, 50)]), KernelCall("conv", [t(60, 10), t(400, 5)])])
+    assert dies([KernelCall("conv", [t(0, 100), t(400, 5)])], y=t(0, 100))        # its output covers x
+    assert not dies([KernelCall("tvm_kernel", [t(300, 10), t(0, 100)])])           # a TVM kernel's argument
+    assert dies([KernelCall("tvm_add", [t(300, 10), t(310, 10), t(0, 100)])])      # ... that it only writes
+    assert not dies([KernelCall("tvm_add", [t(0, 10), t(310, 10), t(20, 100)])])
+    assert not dies([], final=[t(50, 10)])                                         # an output left in x
+    assert not dies([], x=t(0, 100, "input"))                                      # the caller's buffer
 
 
 @pytest.mark.parametrize("kernels", ["fast", "tvm"])
@@ -834,10 +868,42 @@ def test_hybrid_models_keep_int8_weights_in_flash_and_match_litert(kernels, tmp_
     assert exp8.params_bytes < 0.35 * exp32.params_bytes
     if kernels == "fast":
         assert "tms_hconv_f32" in open(exp8.files["kernels"]).read()
+        # its depthwise convolutions' inputs die at them: each quantized once, over itself
+        assert re.search(r"hybrid_depthwise_conv2d\w*\(.*, 1\) \*/", open(exp8.files["source"]).read())
     r = micro.run_host(exp8)
     assert r.ok, r.summary()
     chk = check_against_tflite(buf, micro.default_inputs(exp8), r.outputs, tflm=False)
     assert chk["ok"] and "tflm" not in chk, chk
+
+
+def test_a_depthwise_input_read_again_is_not_overwritten(tmp_path):
+    """A hybrid depthwise convolution whose input a later ADD reads again leaves it as it is; the host run of
+    the export is bit-identical to LiteRT's reference kernels."""
+    from tvm_memsched import micro
+    from tvm_memsched.micro.sidebyside import check_against_tflite
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+    from tvm_memsched.tflite.builder import ModelBuilder, tfl
+
+    rng = np.random.default_rng(5)
+    mb = ModelBuilder()
+    x = mb.tensor("x", [1, 6, 6, 8])
+    w = mb.tensor("w", [1, 3, 3, 8], np.int8, data=rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8),
+                  scale=list(rng.uniform(0.002, 0.02, 8)), zero_point=[0] * 8, quantized_dimension=3)
+    b = mb.tensor("b", [8], np.float32, data=rng.standard_normal(8).astype(np.float32))
+    d, y = mb.tensor("d", [1, 6, 6, 8]), mb.tensor("y", [1, 6, 6, 8])
+    opt = tfl.DepthwiseConv2DOptionsT()
+    opt.padding, opt.strideH, opt.strideW, opt.depthMultiplier = tfl.Padding.SAME, 1, 1, 1
+    opt.dilationHFactor = opt.dilationWFactor = 1
+    mb.op(tfl.BuiltinOperator.DEPTHWISE_CONV_2D, [x, w, b], [d], tfl.BuiltinOptions.DepthwiseConv2DOptions, opt,
+          version=6)
+    mb.op(tfl.BuiltinOperator.ADD, [x, d], [y], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
+    buf = mb.finish(inputs=[x], outputs=[y])
+    exp = micro.export(from_tflite_bytes(buf), "mps2-an386", str(tmp_path), measure=False, kernels="fast")
+    assert re.search(r"hybrid_depthwise_conv2d\w*\(.*, 0\) \*/", open(exp.files["source"]).read())
+    r = micro.run_host(exp)
+    assert r.ok, r.summary()
+    chk = check_against_tflite(buf, micro.default_inputs(exp), r.outputs, tflm=False)
+    assert chk["ok"] and chk["litert_ref"]["identical"], chk
 
 
 @pytest.mark.parametrize("asymmetric", [False, True])

@@ -125,6 +125,7 @@ class KernelModule:
     requests: dict = field(default_factory=dict)    # PrimFunc name -> workspace events in program order
     num_params: dict = field(default_factory=dict)  # PrimFunc name -> number of arguments
     library: dict = field(default_factory=dict)     # PrimFunc name -> the microkernel library's kernel
+    outputs: dict = field(default_factory=dict)     # PrimFunc name -> positions of the params it only writes
 
 
 def _register_fabs() -> None:
@@ -200,13 +201,16 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
     symbols = {name: c_identifier(f"{prefix}_{name}") for name in names}
     if len(set(symbols.values())) != len(symbols):
         raise UnsupportedError("kernel names collide after conversion to C identifiers")
+    from ..relax.analysis.inplace import write_only_params
+
     funcs = {}
-    num_params = {}
+    num_params, outputs = {}, {}
     for name in names:
         func = mod[name]
         if not isinstance(func, tvm.tirx.PrimFunc):
             raise UnsupportedError(f"'{name}' is not a TIR PrimFunc")
         num_params[name] = len(func.params)
+        outputs[name] = write_only_params(func)
         if name not in library:
             funcs[symbols[name]] = func.with_attr("global_symbol", symbols[name])
     body = ""
@@ -232,4 +236,4 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
     align = workspace_align()
     workspace = {n: workspace_need(ev, align) for n, ev in requests.items()}
     return KernelModule(_HEADER.format(prefix=prefix) + body, symbols, workspace, requests, num_params,
-                        {n: k for n, k in library.items() if n in symbols})
+                        {n: k for n, k in library.items() if n in symbols}, outputs)

@@ -55,9 +55,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table", "hybrid_scratch_bytes", "pack_weights", "pack_depthwise", "channel_table",
-           "call_macs", "params_fit", "library_variants", "config_header",
-           "MODES", "LIBRARY_FILES"]
+__all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table",
+           "hybrid_scratch_bytes", "input_dies", "pack_weights", "pack_depthwise", "channel_table", "call_macs",
+           "params_fit", "library_variants", "config_header", "MODES", "LIBRARY_FILES"]
 
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
 MODES = ("fast", "tvm")
@@ -514,7 +514,9 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         batches, length = (math.prod(x[:-1]), x[-1]) if dense else (x[0], math.prod(x[1:]))
         fn = {"hybrid_conv2d": "tms_hconv_f32", "hybrid_depthwise_conv2d": "tms_hdwconv_f32",
               "hybrid_dense": "tms_hfc_f32"}[op]
-        col = "" if op == "hybrid_depthwise_conv2d" else f", (int8_t*)(scratch + {3 * batches})"
+        # a depthwise convolution's last argument says whether the call may overwrite its input (repack)
+        col = ", (int32_t)((const TVMFFIAny*)args)[4].v_int64" if op == "hybrid_depthwise_conv2d" else \
+            f", (int8_t*)(scratch + {3 * batches})"
         # the batches' parameters first, by a call of their own (the stack holds it or the kernel, not both)
         body += _with_scratch(kernel, "float",
                               f"tms_quant_params_f32({batches}u, {length}u, {int(bool(d['asymmetric']))}, "
@@ -555,7 +557,7 @@ def repack(prog, kernels: dict) -> None:
             prog.params.append(arr)
         return Tensor(("param", cache[key]), 0, tuple(arr.shape), str(arr.dtype))
 
-    for call in prog.calls:
+    for i, call in enumerate(prog.calls):
         k = kernels.get(call.kernel)
         if k is not None and k.op in HYBRID_OPS:
             x, w, scales = call.args[:3]
@@ -563,6 +565,8 @@ def repack(prog, kernels: dict) -> None:
             weights = param(w).reshape(w.shape)
             packed = weights.reshape(-1) if k.op == "hybrid_depthwise_conv2d" else pack_weights(weights)
             call.args = [x, add(packed), add(hybrid_table(k.desc, weights, param(scales), bias)), call.args[-1]]
+            if k.op == "hybrid_depthwise_conv2d":
+                call.args.append(("int", int(input_dies(prog, i, kernels))))
             continue
         if k is None or not k.repacked:
             continue
@@ -574,6 +578,50 @@ def repack(prog, kernels: dict) -> None:
         tab = channel_table(k.desc, weights, None if table is None else table.reshape(-1))
         call.args = [x, add(packed), add(tab), y]
     _drop_unused_params(prog)
+
+
+def _span(t) -> tuple[int, int] | None:
+    """The arena bytes ``[start, end)`` of Tensor ``t``, or None when it is not in the arena."""
+    return (t.base[1] + t.offset, t.base[1] + t.offset + t.nbytes) if t.base[0] == "arena" else None
+
+
+def input_dies(prog, k: int, kernels: dict) -> bool:
+    """True when no later step of ``prog`` reads a byte of call ``k``'s first argument (an arena tensor) before
+    something writes it again, so the call may overwrite it: every later call's arguments count as reads
+    except its outputs (a library call's last argument, the params a TVM kernel only writes:
+    ``prog.kernels.outputs``), which count as writes, as does call ``k``'s own output; the program's
+    outputs, new states and the tensors left in the arena for the caller are read at the end."""
+    from .codegen import Tensor
+
+    call = prog.calls[k]
+    x = _span(call.args[0])
+    if x is None:
+        return False
+    live = [x]                                         # bytes of x that something may still read
+
+    def minus(span):
+        nonlocal live
+        if span is None:
+            return
+        a, b = span
+        live = [piece for lo, hi in live for piece in ((lo, min(hi, a)), (max(lo, b), hi)) if piece[0] < piece[1]]
+
+    def read(t) -> bool:
+        span = _span(t) if isinstance(t, Tensor) else None
+        return span is not None and any(lo < span[1] and span[0] < hi for lo, hi in live)
+
+    minus(_span(call.args[-1]) if isinstance(call.args[-1], Tensor) else None)
+    only_written = getattr(getattr(prog, "kernels", None), "outputs", {}) or {}
+    for later in prog.calls[k + 1:]:
+        outs = {len(later.args) - 1} if later.kernel in kernels else only_written.get(later.kernel, frozenset())
+        if any(read(a) for i, a in enumerate(later.args) if i not in outs):
+            return False
+        for i in outs:
+            minus(_span(later.args[i]) if isinstance(later.args[i], Tensor) else None)
+        if not live:
+            return True
+    final = [t for _, t in list(prog.output_copies) + list(prog.state_copies)] + list(prog.output_places)
+    return not any(read(t) for t in final)
 
 
 def _drop_unused_params(prog) -> None:

@@ -1375,13 +1375,16 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
 }
 
 /* One output pixel of a depthwise convolution: channels in blocks of four (each block's taps read before
- * its outputs are written), the taps inside the image [ky0, ky1) x [kx0, kx1), each quantized as read. */
-TMS_INLINE void hdw_pixel(const tms_convf_t* p, const float* xb, const int8_t* w, const void* tab, float* y,
-                          int32_t iy0, int32_t ix0, int32_t ky0, int32_t ky1, int32_t kx0, int32_t kx1,
+ * its outputs are written), the taps inside the image [ky0, ky1) x [kx0, kx1); each tap's q - zp quantized
+ * as it is read, or (``done``) read as the int32 the input was overwritten with. */
+TMS_INLINE int32_t hdw_tap(const int done, const float* xr, int32_t k, const tms_hq_t* h) {
+  return done ? ((const tms_i32a_t*)xr)[k] : quant1(xr[k], h->inv, h->zp, h->lo) - h->zp;
+}
+
+TMS_INLINE void hdw_pixel(const int done, const tms_convf_t* p, const float* xb, const int8_t* w, const void* tab,
+                          float* y, int32_t iy0, int32_t ix0, int32_t ky0, int32_t ky1, int32_t kx0, int32_t kx1,
                           const tms_hq_t* h) {
   const int32_t C = p->in_c, rowstep = p->in_w * C, tapstep = p->dw * C;
-  const float inv = h->inv;
-  const int32_t zp = h->zp, lo = h->lo;
   int32_t c = 0;
   for (; c + 4 <= C; c += 4) {
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -1389,10 +1392,10 @@ TMS_INLINE void hdw_pixel(const tms_convf_t* p, const float* xb, const int8_t* w
       const float* xr = xb + (iy0 + ky * p->dh) * rowstep + (ix0 + kx0 * p->dw) * C + c;
       const int8_t* wr = w + (ky * p->kw + kx0) * C + c;
       for (int32_t kx = kx0; kx < kx1; ++kx, xr += tapstep, wr += C) {
-        a0 += (quant1(xr[0], inv, zp, lo) - zp) * wr[0];
-        a1 += (quant1(xr[1], inv, zp, lo) - zp) * wr[1];
-        a2 += (quant1(xr[2], inv, zp, lo) - zp) * wr[2];
-        a3 += (quant1(xr[3], inv, zp, lo) - zp) * wr[3];
+        a0 += hdw_tap(done, xr, 0, h) * wr[0];
+        a1 += hdw_tap(done, xr, 1, h) * wr[1];
+        a2 += hdw_tap(done, xr, 2, h) * wr[2];
+        a3 += hdw_tap(done, xr, 3, h) * wr[3];
       }
     }
     y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c, a0, h->sx);
@@ -1405,31 +1408,43 @@ TMS_INLINE void hdw_pixel(const tms_convf_t* p, const float* xb, const int8_t* w
     for (int32_t ky = ky0; ky < ky1; ++ky) {
       const float* xr = xb + (iy0 + ky * p->dh) * rowstep + (ix0 + kx0 * p->dw) * C + c;
       const int8_t* wr = w + (ky * p->kw + kx0) * C + c;
-      for (int32_t kx = kx0; kx < kx1; ++kx, xr += tapstep, wr += C) a += (quant1(xr[0], inv, zp, lo) - zp) * wr[0];
+      for (int32_t kx = kx0; kx < kx1; ++kx, xr += tapstep, wr += C) a += hdw_tap(done, xr, 0, h) * wr[0];
     }
     y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c, a, h->sx);
   }
 }
 
+TMS_INLINE void hdw_image(const int done, const tms_convf_t* p, const float* xb, const int8_t* w, const void* tab,
+                          float* y, const tms_hq_t* h) {
+  const int32_t C = p->in_c;
+  for (int32_t oy = 0; oy < p->out_h; ++oy) {
+    const int32_t iy0 = oy * p->sh - p->pad_t;
+    int32_t ky0 = 0, ky1 = p->kh;
+    while (ky0 < ky1 && iy0 + ky0 * p->dh < 0) ++ky0;
+    while (ky1 > ky0 && iy0 + (ky1 - 1) * p->dh >= p->in_h) --ky1;
+    for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
+      const int32_t ix0 = ox * p->sw - p->pad_l;
+      int32_t kx0 = 0, kx1 = p->kw;
+      while (kx0 < kx1 && ix0 + kx0 * p->dw < 0) ++kx0;
+      while (kx1 > kx0 && ix0 + (kx1 - 1) * p->dw >= p->in_w) --kx1;
+      hdw_pixel(done, p, xb, w, tab, y, iy0, ix0, ky0, ky1, kx0, kx1, h);
+    }
+  }
+}
+
 void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                     const float* qp) {
-  const int32_t C = p->in_c, in_len = p->in_h * p->in_w * C;
+                     const float* qp, int32_t consume) {
+  const int32_t in_len = p->in_h * p->in_w * p->in_c, out_len = p->out_h * p->out_w * p->out_c;
   const int asym = (p->flags & TMS_F_ASYM) != 0;
   for (int32_t b = 0; b < p->batch; ++b) {
     const float* xb = x + (int32_t)b * in_len;
     const tms_hq_t h = hq_of(qp + 3 * b, asym);
-    for (int32_t oy = 0; oy < p->out_h; ++oy) {
-      const int32_t iy0 = oy * p->sh - p->pad_t;
-      int32_t ky0 = 0, ky1 = p->kh;
-      while (ky0 < ky1 && iy0 + ky0 * p->dh < 0) ++ky0;
-      while (ky1 > ky0 && iy0 + (ky1 - 1) * p->dh >= p->in_h) --ky1;
-      for (int32_t ox = 0; ox < p->out_w; ++ox, y += C) {
-        const int32_t ix0 = ox * p->sw - p->pad_l;
-        int32_t kx0 = 0, kx1 = p->kw;
-        while (kx0 < kx1 && ix0 + kx0 * p->dw < 0) ++kx0;
-        while (kx1 > kx0 && ix0 + (kx1 - 1) * p->dw >= p->in_w) --kx1;
-        hdw_pixel(p, xb, w, tab, y, iy0, ix0, ky0, ky1, kx0, kx1, &h);
-      }
+    if (consume) {    /* each value quantized once, over itself (the caller owns x and never reads it again) */
+      tms_i32a_t* xi = (tms_i32a_t*)(uintptr_t)xb;
+      for (int32_t i = 0; i < in_len; ++i) xi[i] = quant1(xb[i], h.inv, h.zp, h.lo) - h.zp;
+      hdw_image(1, p, xb, w, tab, y + (int32_t)b * out_len, &h);
+    } else {
+      hdw_image(0, p, xb, w, tab, y + (int32_t)b * out_len, &h);
     }
   }
 }

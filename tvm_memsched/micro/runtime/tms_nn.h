@@ -131,8 +131,10 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
 #define TMS_F_ASYM 64
 void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
                    const float* qp, int8_t* col);
+/* consume != 0: the caller never reads x again (the export proves it), so each value is quantized once, over
+ * itself, before the taps read it (else every tap quantizes what it reads) */
 void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
-                     const float* qp);
+                     const float* qp, int32_t consume);
 void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, const float* qp,
                  int8_t* row);
 

@@ -50,7 +50,7 @@ from .access_bounds import access_spans, span_shift
 from .workspace import walk_stmts
 
 __all__ = ["kernel_inplace_pairs", "kernel_inplace_shifts", "InplaceAnalyzer", "candidate_kernels", "NOALIAS",
-           "KEEP_NOALIAS"]
+           "KEEP_NOALIAS", "write_only_params"]
 
 #: the PrimFunc attribute that lets code generators assume kernel buffers never alias (C ``restrict``)
 NOALIAS = "tirx.noalias"
@@ -401,6 +401,36 @@ def _call_site(func, args, n_outputs: int) -> list:
     n_in = len(args) - n_outputs
     same = tuple((i, o) for i in range(n_in) for o in range(n_in, len(args)) if _same_type(args[i], args[o]))
     return _shifts_cached(func, n_in, same)
+
+
+def write_only_params(func) -> frozenset:
+    """Positions of the params of PrimFunc ``func`` that its blocks write and never read (pure outputs); empty
+    when ``func`` has no blocks to tell (its accesses are then unknown).
+
+    Example
+    -------
+    >>> from tvm.script import tirx as T
+    >>> @T.prim_func(s_tir=True)
+    ... def acc(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32"), c: T.Buffer((4,), "float32")):
+    ...     for i in range(4):
+    ...         with T.sblock("b"):
+    ...             v = T.axis.spatial(4, i)
+    ...             b[v] = a[v]
+    ...             c[v] = c[v] + a[v]
+    >>> sorted(write_only_params(acc))
+    [1]
+    """
+    if not isinstance(func, tirx.PrimFunc):
+        return frozenset()
+    read, written, blocks = set(), set(), []
+    walk_stmts(func.body, lambda st: blocks.append(st) if isinstance(st, SBlock) else None)
+    params = list(func.params)
+    for b in blocks:
+        for regions, into in ((b.reads, read), (b.writes, written)):
+            for r in regions:
+                src = _source(r)
+                into.update(k for k, p in enumerate(params) if src.same_as(p))
+    return frozenset(written - read) if blocks else frozenset()
 
 
 def candidate_kernels(mod, function: str = "main") -> set:
