@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tvm_memsched import micro, zoo  # noqa: E402
 from tvm_memsched.core.errors import MemschedError  # noqa: E402
 from tvm_memsched.relax.frontends.frontend import from_tflite_bytes  # noqa: E402
-from tvm_memsched.relax.ir import model_macs  # noqa: E402
+from tvm_memsched.relax.int8.kernels import module_macs  # noqa: E402
 from tvm_memsched.tflite.reader import read_tflite  # noqa: E402
 from tvm_memsched.tflite.verify import litert_run, tflm_arena, tflm_run  # noqa: E402
 
@@ -171,7 +171,7 @@ def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | Non
     integer_in = all(str(p.ty.dtype).startswith(("int", "uint")) for p in mod["main"].params)
     pattern = 1 if integer_in else 0
     inputs = pattern_inputs(mod, pattern)
-    macs = model_macs(mod["main"])
+    macs = module_macs(mod)
     firmware = None
     if tool and src and tflm is not None:
         path = os.path.join(work, f"{name}.tflite")

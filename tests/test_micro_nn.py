@@ -982,14 +982,15 @@ def test_a_library_with_one_multiply_add_variant_leaves_the_other_out(tmp_path):
                 assert np.array_equal(got, run_float_conv(full, d, x, w, bias, res, bool(on)))
 
 
-@pytest.mark.parametrize("spec", ["int8", "float32"])
+@pytest.mark.parametrize("spec", ["int8", "float32", "hybrid"])
 def test_the_export_compiles_only_the_variants_its_calls_reach(spec, tmp_path):
     """tms_nn_config.h names the output modes the calls' tables (fast flag) and activation ranges select
-    (int8), and the multiply-add of the float kernels; the host run with it equals TVM's build."""
+    (int8), the multiply-add of the float kernels, and whether hybrid depthwise convolutions quantize their
+    input once or tap by tap; the host run with it equals TVM's build."""
     from tvm_memsched import micro, zoo
     from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
-    buf = zoo.tflite("ds_cnn", "int8") if spec == "int8" else float_models()["ds_cnn"]
+    buf = zoo.tflite("ds_cnn", spec) if spec != "float32" else float_models()["ds_cnn"]
     exp = micro.export(from_tflite_bytes(buf), "mps2-an386", str(tmp_path), measure=False, kernels="fast")
     macros = dict(re.findall(r"#define (\w+) (\d)", open(os.path.join(tmp_path, "tms_nn_config.h")).read()))
     source = open(exp.files["kernels"]).read()
@@ -1005,12 +1006,31 @@ def test_the_export_compiles_only_the_variants_its_calls_reach(spec, tmp_path):
             modes.add("EXACT" if not tab[0] & 1 else "FULL" if lo == -128 and hi == 127 else "CLAMP")
         assert modes
         assert macros == {f"TMS_NN_MODE_{m}": str(int(m in modes)) for m in ("EXACT", "FULL", "CLAMP")}
-    else:
+    elif spec == "float32":
         fma = set(re.findall(r"_params = \{.*\.flags = (\d+)", source))
         assert fma and macros == {"TMS_NN_FMA_OFF": str(int(any(not int(f) & 16 for f in fma))),
                                   "TMS_NN_FMA_ON": str(int(any(int(f) & 16 for f in fma)))}
+    else:
+        once = set(re.findall(r"hybrid_depthwise_conv2d\w*\(.*, (\d)\) \*/", open(exp.files["source"]).read()))
+        assert once and macros == {"TMS_NN_HDW_TAPS": str(int("0" in once)), "TMS_NN_HDW_ONCE": str(int("1" in once))}
     r = micro.run_host(exp)
     assert r.ok and r.max_abs_err == 0, r.summary()
+
+
+@pytest.mark.parametrize("config", [{"TMS_NN_HDW_TAPS": 0, "TMS_NN_HDW_ONCE": 1},
+                                    {"TMS_NN_HDW_TAPS": 1, "TMS_NN_HDW_ONCE": 0}], ids=["once", "taps"])
+def test_a_library_with_one_hybrid_depthwise_variant_computes_the_same(config, tmp_path):
+    """Compiled with one of the two ways of quantizing a hybrid depthwise convolution's input, the library
+    computes the TIR kernel's outputs; the tap-by-tap one leaves the input as it is whatever the call says."""
+    lib, _ = _variant_lib(tmp_path, config)
+    rng = np.random.default_rng(81)
+    for case in range(10):
+        f, x, w, scales, bias = hybrid_case(rng, "hybrid_depthwise_conv2d")
+        want = hybrid_tir(f, x, w, scales, bias)
+        kept = x.copy()
+        got = hybrid_lib(lib, f, kept, w, scales, bias, consume=config["TMS_NN_HDW_ONCE"])
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), case
+        assert np.array_equal(kept, x) == (not config["TMS_NN_HDW_ONCE"]) or not x.any(), case
 
 
 @pytest.mark.parametrize("io_in_arena", [True, False], ids=["io-in-arena", "caller-buffers"])

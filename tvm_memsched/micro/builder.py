@@ -383,7 +383,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
 
-    from ..relax.ir import model_macs
+    from ..relax.int8.kernels import module_macs
     from ..relax.frontends.names import c_safe_names
 
     board = get_board(board)
@@ -554,7 +554,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         kernel_mode=("fast" if library else "tvm") if ours_side else "tvm",
         kernel_choice=choice if ours_side else {},
         library_kernels={n: k.op for n, k in library.items()} if ours_side else {},
-        macs=model_macs(mod["main"]) + _described_macs(mod), call_macs=_call_macs(prog, library if ours_side else {}))
+        macs=module_macs(mod), call_macs=_call_macs(prog, library if ours_side else {}))
     if measure:
         from .firmware import measure as _measure
 
@@ -612,29 +612,6 @@ def _choose_kernels(built: dict, board, name: str, states, io: bool, alignment: 
         "TVM's kernels (the library's build would exceed the RAM budget; --kernels fast forces it)"
     return dict(sizes, chosen="fast" if ok else "tvm", reason=reason, measured=measured,
                 basis="measured RAM totals" if measure else "arenas (not cross-compiled)")
-
-
-def _described_macs(mod) -> int:
-    """Multiply-accumulates of the described kernels ``mod["main"]`` calls (a hybrid operator's, say), which
-    :func:`~tvm_memsched.relax.ir.model_macs` does not see (it counts Relax's convolutions and matmuls)."""
-    import tvm
-    from tvm import relax
-
-    from ..relax.int8.kernels import description
-    from .nn import call_macs
-
-    total = 0
-
-    def visit(e):
-        nonlocal total
-        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.call_tir":
-            func = mod[e.args[0]] if isinstance(e.args[0], tvm.ir.GlobalVar) else None
-            desc = description(func) if isinstance(func, tvm.tirx.PrimFunc) else None
-            if desc is not None:
-                total += call_macs(desc)
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return total
 
 
 def _call_macs(prog, library) -> list:

@@ -290,11 +290,12 @@ _MODE_NAMES = ("EXACT", "FULL", "CLAMP")
 def library_variants(prog, kernels: dict) -> dict:
     """``{macro: 0 or 1}``: which specialised variants of the library ``prog``'s calls reach (after
     :func:`repack`), as ``tms_nn.c`` names them (``TMS_NN_MODE_EXACT``, ``_FULL``, ``_CLAMP``,
-    ``TMS_NN_FMA_OFF``, ``TMS_NN_FMA_ON``). An integer call's output mode follows from the fast flag
-    :func:`channel_table` wrote into its table and its activation range, as ``out_mode`` picks it; a float call's
-    from its kernel's ``fma``. A kind of kernel no call uses keeps its default (1), which costs nothing: the
-    functions are only linked where called."""
-    modes, fmas = set(), set()
+    ``TMS_NN_FMA_OFF``, ``TMS_NN_FMA_ON``, ``TMS_NN_HDW_TAPS``, ``TMS_NN_HDW_ONCE``). An integer call's output
+    mode follows from the fast flag :func:`channel_table` wrote into its table and its activation range, as
+    ``out_mode`` picks it; a float call's from its kernel's ``fma``; a hybrid depthwise convolution's from
+    whether it may overwrite its input (:func:`input_dies`: quantized once, else tap by tap). A kind of kernel
+    no call uses keeps its default (1), which costs nothing: the functions are only linked where called."""
+    modes, fmas, hdw = set(), set(), set()
     for call in prog.calls:
         k = kernels.get(call.kernel)
         if k is None:
@@ -306,11 +307,15 @@ def library_variants(prog, kernels: dict) -> dict:
             modes.add(0 if not fast else 1 if rq["lo"] <= -128 and rq["hi"] >= 127 else 2)
         elif k.op in FLOAT_OPS:
             fmas.add(bool(k.fma))
+        elif k.op == "hybrid_depthwise_conv2d":
+            hdw.add(bool(call.args[-1][1]))
     out = {}
     if modes:
         out.update({f"TMS_NN_MODE_{n}": int(i in modes) for i, n in enumerate(_MODE_NAMES)})
     if fmas:
         out.update({"TMS_NN_FMA_OFF": int(False in fmas), "TMS_NN_FMA_ON": int(True in fmas)})
+    if hdw:
+        out.update({"TMS_NN_HDW_TAPS": int(False in hdw), "TMS_NN_HDW_ONCE": int(True in hdw)})
     return out
 
 
@@ -325,17 +330,9 @@ def config_header(prog, kernels: dict) -> str:
 
 def call_macs(desc: dict) -> int:
     """Multiply-accumulates of one call of a described kernel (0 for pools and element-wise operators)."""
-    op = desc["op"].replace("_f32", "").replace("hybrid_", "")
-    if "y" not in desc:                  # a hybrid operator's input quantization
-        return 0
-    out = math.prod(desc["y"])
-    if op == "conv2d":
-        return out * math.prod(desc["w"][1:])
-    if op == "depthwise_conv2d":
-        return out * desc["w"][1] * desc["w"][2]
-    if op == "dense":
-        return out * desc["w"][1]
-    return 0
+    from ..relax.int8.kernels import description_macs
+
+    return description_macs(desc)
 
 
 # ------------------------------------------------------------------ C

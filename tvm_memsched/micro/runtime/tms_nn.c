@@ -38,8 +38,16 @@
 #ifndef TMS_NN_FMA_ON
 #define TMS_NN_FMA_ON 1
 #endif
-#if !(TMS_NN_MODE_EXACT || TMS_NN_MODE_FULL || TMS_NN_MODE_CLAMP) || !(TMS_NN_FMA_OFF || TMS_NN_FMA_ON)
-#error "tms_nn_config.h leaves no output mode or no multiply-add variant"
+/* hybrid depthwise convolutions: taps quantized as read, inputs quantized once over themselves */
+#ifndef TMS_NN_HDW_TAPS
+#define TMS_NN_HDW_TAPS 1
+#endif
+#ifndef TMS_NN_HDW_ONCE
+#define TMS_NN_HDW_ONCE 1
+#endif
+#if !(TMS_NN_MODE_EXACT || TMS_NN_MODE_FULL || TMS_NN_MODE_CLAMP) || !(TMS_NN_FMA_OFF || TMS_NN_FMA_ON) || \
+    !(TMS_NN_HDW_TAPS || TMS_NN_HDW_ONCE)
+#error "tms_nn_config.h leaves no output mode, no multiply-add or no hybrid depthwise variant"
 #endif
 
 #define TMS_INLINE static inline __attribute__((always_inline))
@@ -1439,8 +1447,10 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
   for (int32_t b = 0; b < p->batch; ++b) {
     const float* xb = x + (int32_t)b * in_len;
     const tms_hq_t h = hq_of(qp + 3 * b, asym);
-    if (consume) {    /* each value quantized once, over itself (the caller owns x and never reads it again) */
-      tms_i32a_t* xi = (tms_i32a_t*)(uintptr_t)xb;
+    /* a build whose calls all may overwrite their input (tms_nn_config.h) has no tap-by-tap variant, one
+     * whose calls never may none of the other */
+    if (TMS_NN_HDW_ONCE && (consume || !TMS_NN_HDW_TAPS)) {
+      tms_i32a_t* xi = (tms_i32a_t*)(uintptr_t)xb;   /* each value quantized once, over itself */
       for (int32_t i = 0; i < in_len; ++i) xi[i] = quant1(xb[i], h.inv, h.zp, h.lo) - h.zp;
       hdw_image(1, p, xb, w, tab, y + (int32_t)b * out_len, &h);
     } else {

@@ -162,6 +162,15 @@ def _schedule(func, at: dict) -> tvm.tirx.PrimFunc:
     return sch.mod["main"]
 
 
+def _operands(x_shape, w_shape, channels: int, *, asymmetric: bool, per_channel: bool, has_bias: bool):
+    """TE placeholders of a hybrid kernel, ``[x, w, scales, (bias)]``, and the batches' parameters of ``x``."""
+    ops = [te.placeholder(x_shape, "float32", "x"), te.placeholder(w_shape, "int8", "w"),
+           te.placeholder((channels if per_channel else 1,), "float32", "scales")]
+    if has_bias:
+        ops.append(te.placeholder((channels,), "float32", "bias"))
+    return ops, _params(ops[0], asymmetric)
+
+
 def conv_kernel(x_shape, w_shape, out_shape, *, strides, padding, dilation, depthwise: bool, asymmetric: bool,
                 per_channel: bool, w_first: bool, has_bias: bool, lo=None, hi=None) -> tvm.tirx.PrimFunc:
     """A hybrid NHWC convolution, one kernel ``(x, w, scales, [bias]) -> y`` as LiteRT's builtin kernels
@@ -180,11 +189,8 @@ def conv_kernel(x_shape, w_shape, out_shape, *, strides, padding, dilation, dept
     dh, dw = dilation
     pt, pl = padding[0], padding[1]
     oc_ = out_shape[3]
-    x = te.placeholder(x_shape, "float32", "x")
-    w = te.placeholder(w_shape, "int8", "w")
-    scales = te.placeholder((oc_ if per_channel else 1,), "float32", "scales")
-    b = te.placeholder((oc_,), "float32", "bias") if has_bias else None
-    prm = _params(x, asymmetric)
+    ops, prm = _operands(x_shape, w_shape, oc_, asymmetric=asymmetric, per_channel=per_channel, has_bias=has_bias)
+    x, w, scales, b = (ops + [None])[:4]
     kh_, kw_ = w_shape[1], w_shape[2]
     rh, rw = te.reduce_axis((0, kh_), "rh"), te.reduce_axis((0, kw_), "rw")
     zero = tirx.const(0, "int32")
@@ -214,8 +220,7 @@ def conv_kernel(x_shape, w_shape, out_shape, *, strides, padding, dilation, dept
     desc = {"op": op, "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "strides": list(strides),
             "padding": list(padding), "dilation": list(dilation), "asymmetric": asymmetric,
             "per_channel": per_channel, "w_first": w_first, "has_bias": has_bias, "lo": lo, "hi": hi}
-    params = [x, w, scales] + ([b] if b is not None else []) + [y]
-    return finish(params, op, describe=desc, schedule=lambda f: _schedule(f, at))
+    return finish(ops + [y], op, describe=desc, schedule=lambda f: _schedule(f, at))
 
 
 def dense_kernel(x_shape, w_shape, *, asymmetric: bool, per_channel: bool, has_bias: bool, lo=None,
@@ -225,11 +230,8 @@ def dense_kernel(x_shape, w_shape, *, asymmetric: bool, per_channel: bool, has_b
     int8 ``(N, K)`` from it: ``bias + sum * (weight scale * row scale)``, clamped."""
     rows, k_ = x_shape
     units = w_shape[0]
-    x = te.placeholder(x_shape, "float32", "x")
-    w = te.placeholder(w_shape, "int8", "w")
-    scales = te.placeholder((units if per_channel else 1,), "float32", "scales")
-    b = te.placeholder((units,), "float32", "bias") if has_bias else None
-    prm = _params(x, asymmetric)
+    ops, prm = _operands(x_shape, w_shape, units, asymmetric=asymmetric, per_channel=per_channel, has_bias=has_bias)
+    x, w, scales, b = (ops + [None])[:4]
     win = te.compute(x_shape, lambda r, k: _quantized(x[r, k], prm, r, asymmetric), name="win")
     rk = te.reduce_axis((0, k_), "rk")
     acc = te.compute((rows, units), lambda r, u: te.sum(win[r, rk] * w[u, rk].astype("int32"), axis=[rk]),
@@ -240,8 +242,7 @@ def dense_kernel(x_shape, w_shape, *, asymmetric: bool, per_channel: bool, has_b
     desc = {"op": "hybrid_dense", "x": list(x_shape), "w": list(w_shape), "y": [rows, units],
             "asymmetric": asymmetric, "per_channel": per_channel, "w_first": False, "has_bias": has_bias,
             "lo": lo, "hi": hi}
-    params = [x, w, scales] + ([b] if b is not None else []) + [y]
-    return finish(params, "hybrid_dense", describe=desc, schedule=lambda f: _schedule(f, {"acc": -1, "win": 0}))
+    return finish(ops + [y], "hybrid_dense", describe=desc, schedule=lambda f: _schedule(f, {"acc": -1, "win": 0}))
 
 
 def _same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]:

@@ -24,13 +24,14 @@ Example
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
 from tvm import te, tirx
 
-from ..ir import strip_attrs
+from ..ir import model_macs, strip_attrs
 from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
 
 __all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
@@ -106,6 +107,47 @@ def description(func) -> dict | None:
     if str(tvm_ffi.structural_hash(strip_attrs(func))) != desc.get("hash"):
         return None
     return desc
+
+
+def description_macs(desc: dict) -> int:
+    """Multiply-accumulates of one call of a described kernel (0 for pools, element-wise operators and
+    quantization).
+
+    >>> description_macs({"op": "hybrid_dense", "x": [2, 8], "w": [3, 8], "y": [2, 3]})
+    48
+    """
+    op = desc["op"].replace("_f32", "").replace("hybrid_", "")
+    if "y" not in desc:
+        return 0
+    out = math.prod(desc["y"])
+    if op == "conv2d":
+        return out * math.prod(desc["w"][1:])
+    if op == "depthwise_conv2d":
+        return out * desc["w"][1] * desc["w"][2]
+    if op == "dense":
+        return out * desc["w"][1]
+    return 0
+
+
+def module_macs(mod) -> int:
+    """Multiply-accumulates of ``mod["main"]``: Relax's convolutions and matmuls
+    (:func:`~tvm_memsched.relax.ir.model_macs`) and the described kernels it calls (a dynamic-range quantized
+    model's operators, say)."""
+    from tvm import relax
+
+    total = model_macs(mod["main"])
+
+    def visit(e):
+        nonlocal total
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.call_tir" \
+                and isinstance(e.args[0], tvm.ir.GlobalVar):
+            func = mod[e.args[0]]
+            desc = description(func) if isinstance(func, tvm.tirx.PrimFunc) else None
+            if desc is not None:
+                total += description_macs(desc)
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return total
 
 
 def finish(tensors, name: str, *, reduce_into: str | None = None, describe: dict | None = None,
