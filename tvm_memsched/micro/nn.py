@@ -265,7 +265,7 @@ def hybrid_scratch_bytes(desc: dict) -> int:
 
 
 def hybrid_table(desc: dict, weights: np.ndarray, scales: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """A hybrid operator's table as ``tms_hconv_s8`` and its siblings read it, int32: C weight scales (one
+    """A hybrid operator's table as ``tms_hconv_f32`` and its siblings read it, int32: C weight scales (one
     per output channel, a per-tensor scale repeated) and C biases as float32 bits, then (convolutions and
     fully connected layers) each output channel's sum of weights.
 

@@ -1312,7 +1312,7 @@ static tms_hq_t hq_of(const float* qp, int asym) {
 /* Window of output pixel (oy, ox) of float image xb, quantized, into column slot j: the padding as the zero
  * point (so q * w summed over the window minus zp times the weights' sum is (q - zp) * w inside the image) */
 TMS_INLINE void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int32_t ox, int8_t* col, int j,
-                     const tms_hq_t* h) {
+                         const tms_hq_t* h) {
   const int32_t C = p->in_c;
   const float inv = h->inv;
   const int32_t zp = h->zp, lo = h->lo;
@@ -1345,6 +1345,8 @@ TMS_INLINE void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int3
 
 void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
                    const float* qp, int8_t* col) {
+  const uint8_t fl = p->flags;      /* the output stage in registers: stores to y could alias *p */
+  const float flo = p->lo, fhi = p->hi;
   const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, OC = p->out_c;
   const int32_t npix = p->out_h * p->out_w, in_len = p->in_h * p->in_w * p->in_c;
   const int asym = (p->flags & TMS_F_ASYM) != 0;
@@ -1371,11 +1373,11 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
         else
           dot_1x2(col, 8, wp, K4, acc);
         const int32_t z0 = h.zp * sumw[c], z1 = n1 ? h.zp * sumw[c + 1] : 0;
-        y0[c] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c, acc[0] - z0, h.sx);
-        if (n1) y0[c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c + 1, acc[1] - z1, h.sx);
+        y0[c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[0] - z0, h.sx);
+        if (n1) y0[c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[1] - z1, h.sx);
         if (two) {
-          y0[OC + c] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c, acc[2] - z0, h.sx);
-          if (n1) y0[OC + c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, OC, c + 1, acc[3] - z1, h.sx);
+          y0[OC + c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[2] - z0, h.sx);
+          if (n1) y0[OC + c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[3] - z1, h.sx);
         }
       }
     }
@@ -1392,6 +1394,8 @@ TMS_INLINE int32_t hdw_tap(const int done, const float* xr, int32_t k, const tms
 TMS_INLINE void hdw_pixel(const int done, const tms_convf_t* p, const float* xb, const int8_t* w, const void* tab,
                           float* y, int32_t iy0, int32_t ix0, int32_t ky0, int32_t ky1, int32_t kx0, int32_t kx1,
                           const tms_hq_t* h) {
+  const uint8_t fl = p->flags;      /* the output stage in registers: stores to y could alias *p */
+  const float flo = p->lo, fhi = p->hi;
   const int32_t C = p->in_c, rowstep = p->in_w * C, tapstep = p->dw * C;
   int32_t c = 0;
   for (; c + 4 <= C; c += 4) {
@@ -1406,10 +1410,10 @@ TMS_INLINE void hdw_pixel(const int done, const tms_convf_t* p, const float* xb,
         a3 += hdw_tap(done, xr, 3, h) * wr[3];
       }
     }
-    y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c, a0, h->sx);
-    y[c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c + 1, a1, h->sx);
-    y[c + 2] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c + 2, a2, h->sx);
-    y[c + 3] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c + 3, a3, h->sx);
+    y[c] = hybrid_out(fl, flo, fhi, tab, C, c, a0, h->sx);
+    y[c + 1] = hybrid_out(fl, flo, fhi, tab, C, c + 1, a1, h->sx);
+    y[c + 2] = hybrid_out(fl, flo, fhi, tab, C, c + 2, a2, h->sx);
+    y[c + 3] = hybrid_out(fl, flo, fhi, tab, C, c + 3, a3, h->sx);
   }
   for (; c < C; ++c) {
     int32_t a = 0;
@@ -1418,7 +1422,7 @@ TMS_INLINE void hdw_pixel(const int done, const tms_convf_t* p, const float* xb,
       const int8_t* wr = w + (ky * p->kw + kx0) * C + c;
       for (int32_t kx = kx0; kx < kx1; ++kx, xr += tapstep, wr += C) a += hdw_tap(done, xr, 0, h) * wr[0];
     }
-    y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, C, c, a, h->sx);
+    y[c] = hybrid_out(fl, flo, fhi, tab, C, c, a, h->sx);
   }
 }
 
@@ -1461,6 +1465,8 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
 
 void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, const float* qp,
                  int8_t* row) {
+  const uint8_t fl = p->flags;      /* the output stage in registers: stores to y could alias *p */
+  const float flo = p->lo, fhi = p->hi;
   const int32_t K = p->in_n, N = p->out_n, K4 = (K + 3) & ~3;
   const int asym = (p->flags & TMS_F_ASYM) != 0;
   const tms_i32a_t* sumw = (const tms_i32a_t*)tab + 2 * N;
@@ -1471,8 +1477,8 @@ void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void
     for (int32_t c = 0; c < N; c += 2, wp += 2 * K4) {
       int32_t acc[2] = {0, 0};
       dot_1x2(row, 4, wp, K, acc);
-      y[c] = hybrid_out(p->flags, p->lo, p->hi, tab, N, c, acc[0] - h.zp * sumw[c], h.sx);
-      if (c + 1 < N) y[c + 1] = hybrid_out(p->flags, p->lo, p->hi, tab, N, c + 1, acc[1] - h.zp * sumw[c + 1], h.sx);
+      y[c] = hybrid_out(fl, flo, fhi, tab, N, c, acc[0] - h.zp * sumw[c], h.sx);
+      if (c + 1 < N) y[c + 1] = hybrid_out(fl, flo, fhi, tab, N, c + 1, acc[1] - h.zp * sumw[c + 1], h.sx);
     }
   }
 }
