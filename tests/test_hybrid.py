@@ -39,7 +39,7 @@ def inputs(shape, seed=0):
 
 
 def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetric=False, stride=1,
-           padding="SAME", channels=6, seed=0, qdim=None, bias_size=None):
+           padding="SAME", channels=6, seed=0, qdim=None, bias_size=None, multiplier=1):
     """One hybrid operator: int8 weights (``scales``: per channel, per tensor, or per channel all equal;
     ``qdim`` overrides their axis, ``bias_size`` the bias's length, to make broken files)."""
     rng = np.random.default_rng(seed)
@@ -49,8 +49,8 @@ def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetr
         wshape, axis, out_shape = (channels, 20), 0, [2, channels]
     else:
         x = mb.tensor("x", [1, 9, 9, 4])
-        oc = 4 if kind == "dw" else channels
-        wshape = (1, 3, 3, 4) if kind == "dw" else (channels, 3, 3, 4)
+        oc = 4 * multiplier if kind == "dw" else channels
+        wshape = (1, 3, 3, oc) if kind == "dw" else (channels, 3, 3, 4)
         axis = 3 if kind == "dw" else 0
         o = -(-9 // stride) if padding == "SAME" else (9 - 3) // stride + 1
         out_shape = [1, o, o, oc]
@@ -70,7 +70,7 @@ def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetr
               version=12 if len(s) > 1 else 3)
     elif kind == "dw":
         opt = tfl.DepthwiseConv2DOptionsT()
-        opt.padding, opt.strideH, opt.strideW, opt.depthMultiplier = pad, stride, stride, 1
+        opt.padding, opt.strideH, opt.strideW, opt.depthMultiplier = pad, stride, stride, multiplier
         opt.dilationHFactor = opt.dilationWFactor = 1
         opt.fusedActivationFunction = act
         mb.op(B.DEPTHWISE_CONV_2D, [x, w, b], [y], tfl.BuiltinOptions.DepthwiseConv2DOptions, opt, version=6)
@@ -86,7 +86,7 @@ def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetr
 A = tfl.ActivationFunctionType
 CASES = [("conv", dict(scales="channel")), ("conv", dict(scales="tensor")), ("conv", dict(scales="equal")),
          ("conv", dict(stride=2, act=A.RELU6)), ("conv", dict(padding="VALID", act=A.RELU)),
-         ("dw", dict()), ("dw", dict(stride=2, act=A.RELU)), ("dw", dict(scales="equal")),
+         ("dw", dict()), ("dw", dict(stride=2, act=A.RELU)), ("dw", dict(scales="equal")), ("dw", dict(multiplier=2)),
          ("fc", dict(scales="tensor")), ("fc", dict(scales="channel")), ("fc", dict(asymmetric=True)),
          ("fc", dict(scales="tensor", asymmetric=True, act=A.RELU_N1_TO_1))]
 

@@ -266,6 +266,7 @@ def _call(bb, kernel, args, out_shape):
 
 
 def _constants(w_scale, bias):
+    """The weight scales as a flat float32 array, and the kernel's constants: the scales, then the bias."""
     scale = np.asarray(w_scale, np.float32).reshape(-1)
     consts = [relax.const(scale, "float32")]
     if bias is not None:
@@ -275,7 +276,7 @@ def _constants(w_scale, bias):
 
 def hybrid_conv2d(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, *, depthwise: bool, strides,
                   dilation, same: bool, act_lo=None, act_hi=None):
-    """A hybrid NHWC convolution (its kernels added to BlockBuilder ``bb``): ``x`` float32 ``x_shape``;
+    """A hybrid NHWC convolution (its kernel added to BlockBuilder ``bb``): ``x`` float32 ``x_shape``;
     ``w`` the int8 filter in TFLite's layout (OHWI, or ``(1, kh, kw, C * multiplier)`` when
     ``depthwise``); ``w_scale`` one scale per output channel (or one); ``bias`` a float32 array or None;
     the output clamped to ``[act_lo, act_hi]`` (None: open)."""
@@ -298,17 +299,15 @@ def hybrid_conv2d(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, *, d
     ow = (wd + pads[1] + pads[3] - (kw - 1) * dilation[1] - 1) // strides[1] + 1
     kernel = conv_kernel((n, h, wd, c), tuple(w.shape), (n, oh, ow, oc), strides=tuple(strides), padding=pads,
                          dilation=tuple(dilation), depthwise=depthwise, asymmetric=per_channel,
-                         per_channel=scale.size > 1,
-                         w_first=w_first, has_bias=bias is not None, lo=lo, hi=hi)
+                         per_channel=scale.size > 1, w_first=w_first, has_bias=bias is not None, lo=lo, hi=hi)
     return _call(bb, kernel, [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"), *consts], (n, oh, ow, oc))
 
 
 def hybrid_dense(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, act_lo=None, act_hi=None,
                  asymmetric: bool = False):
-    """A hybrid fully connected layer (its kernels added to ``bb``): ``x`` float32 ``x_shape``
-    ``(rows, K)``, ``w`` int8 ``(N, K)``, one scale (or one
-    per unit); each row quantized on its own, symmetrically unless ``asymmetric`` (the layer's
-    ``asymmetric_quantize_inputs``). ``bias + sum * (weight scale * row scale)``."""
+    """A hybrid fully connected layer (its kernel added to ``bb``): ``x`` float32 ``x_shape``
+    ``(rows, K)``, ``w`` int8 ``(N, K)``, one scale (or one per unit); each row quantized on its own,
+    symmetrically unless ``asymmetric`` (the layer's ``asymmetric_quantize_inputs``). ``bias + sum * (weight scale * row scale)``."""
     lo, hi = _activation(act_lo, act_hi)
     rows, k = (int(d) for d in x_shape)
     scale, consts = _constants(w_scale, bias)
