@@ -307,7 +307,8 @@ def hybrid_dense(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, act_l
                  asymmetric: bool = False):
     """A hybrid fully connected layer (its kernel added to ``bb``): ``x`` float32 ``x_shape``
     ``(rows, K)``, ``w`` int8 ``(N, K)``, one scale (or one per unit); each row quantized on its own,
-    symmetrically unless ``asymmetric`` (the layer's ``asymmetric_quantize_inputs``). ``bias + sum * (weight scale * row scale)``."""
+    symmetrically unless ``asymmetric`` (the layer's ``asymmetric_quantize_inputs``).
+    ``bias + sum * (weight scale * row scale)``."""
     lo, hi = _activation(act_lo, act_hi)
     rows, k = (int(d) for d in x_shape)
     scale, consts = _constants(w_scale, bias)
