@@ -215,17 +215,18 @@ def test_hybrid_weights_litert_would_not_use_are_refused_by_name(kind, kw, messa
         from_tflite_bytes(buf)
 
 
-@pytest.mark.parametrize("rows,zero_point,message", [
-    (1, 3, "nonzero zero point"),
-    (0, 0, "input 'x' has shape \\[0, 4\\]"),      # an empty input: named, not handed to TVM as a kernel shape
+@pytest.mark.parametrize("rows,zero_point,k,message", [
+    (1, 3, 4, "nonzero zero point"),
+    (0, 0, 4, "input 'x' has shape \\[0, 4\\]"),   # an empty input: named, not handed to TVM as a kernel shape
+    (1, 0, 65794, "sum 65794 products per output, more than the 65793"),   # int32 sums could overflow
 ])
-def test_refused_hybrid_operators_are_named(rows, zero_point, message):
+def test_refused_hybrid_operators_are_named(rows, zero_point, k, message):
     from tvm_memsched.core.errors import MemschedError
     from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     mb = ModelBuilder()
-    x = mb.tensor("x", [rows, 4])
-    w = mb.tensor("w", [3, 4], np.int8, data=np.ones((3, 4), np.int8), scale=[0.5], zero_point=[zero_point])
+    x = mb.tensor("x", [rows, k])
+    w = mb.tensor("w", [3, k], np.int8, data=np.ones((3, k), np.int8), scale=[0.5], zero_point=[zero_point])
     y = mb.tensor("y", [rows, 3])
     mb.op(B.FULLY_CONNECTED, [x, w, -1], [y], tfl.BuiltinOptions.FullyConnectedOptions,
           tfl.FullyConnectedOptionsT(), version=3)

@@ -258,10 +258,11 @@ def hybrid_scratch_bytes(desc: dict) -> int:
     34
     """
     op, x = desc["op"], desc["x"]
-    batches = math.prod(x[:-1]) if op == "hybrid_dense" else x[0]
-    extra = {"hybrid_conv2d": lambda: 2 * (-(-math.prod(desc["w"][1:]) // 4) * 4),
-             "hybrid_depthwise_conv2d": lambda: 0, "hybrid_dense": lambda: x[-1]}[op]()
-    return 12 * batches + extra
+    if op == "hybrid_dense":
+        return 12 * math.prod(x[:-1]) + x[-1]
+    if op == "hybrid_conv2d":
+        return 12 * x[0] + 2 * (-(-math.prod(desc["w"][1:]) // 4) * 4)
+    return 12 * x[0]
 
 
 def hybrid_table(desc: dict, weights: np.ndarray, scales: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -608,9 +609,8 @@ def input_dies(prog, k: int, kernels: dict) -> bool:
         return span is not None and any(lo < span[1] and span[0] < hi for lo, hi in live)
 
     minus(_span(call.args[-1]) if isinstance(call.args[-1], Tensor) else None)
-    only_written = getattr(getattr(prog, "kernels", None), "outputs", {}) or {}
     for later in prog.calls[k + 1:]:
-        outs = {len(later.args) - 1} if later.kernel in kernels else only_written.get(later.kernel, frozenset())
+        outs = {len(later.args) - 1} if later.kernel in kernels else prog.kernels.outputs.get(later.kernel, ())
         if any(read(a) for i, a in enumerate(later.args) if i not in outs):
             return False
         for i in outs:

@@ -165,7 +165,7 @@ class OperatorConverter(_TVMConverter):
             if w.ndim != 2 or not w.shape[1] or int(np.prod(x_shape)) % w.shape[1]:
                 raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' of shape {list(w.shape)} "
                                                  f"do not fit input {x_shape}")
-            _check_hybrid_weights(name, w_t, scale, quant, bias, w.shape[0], 0)
+            _check_hybrid_weights(name, w_t, w, scale, quant, bias, w.shape[0], 0)
             rows = [int(np.prod(x_shape)) // w.shape[1], w.shape[1]]
             y = hybrid_dense(self.bb, relax.op.reshape(x, rows), rows, w, scale, bias, lo, hi,
                              asymmetric=bool(o.AsymmetricQuantizeInputs()))
@@ -186,7 +186,7 @@ class OperatorConverter(_TVMConverter):
         if depthwise and c > 1 and scale.size != channels:
             raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' need one scale per channel "
                                              f"({channels}), have {scale.size}; LiteRT refuses a per-tensor scale")
-        _check_hybrid_weights(name, w_t, scale, quant, bias, channels, 3 if depthwise else 0)
+        _check_hybrid_weights(name, w_t, w, scale, quant, bias, channels, 3 if depthwise else 0)
         lo, hi = self._float_range(o.FusedActivationFunction(), name)
         return hybrid_conv2d(self.bb, x, x_shape, w, scale, bias, depthwise=depthwise, strides=strides,
                              dilation=dilation, same=o.Padding() == Padding.SAME, act_lo=lo, act_hi=hi)
@@ -344,9 +344,18 @@ class OperatorConverter(_TVMConverter):
         return out
 
 
-def _check_hybrid_weights(name: str, w_t, scale, quant, bias, channels: int, axis: int) -> None:
+#: most products one int32 sum of a hybrid operator takes: |q - zero point| <= 255, |w| <= 128
+_HYBRID_MAX_TERMS = (2 ** 31 - 1) // (255 * 128)
+
+
+def _check_hybrid_weights(name: str, w_t, w, scale, quant, bias, channels: int, axis: int) -> None:
     """Refuse, by name, weight scales and a bias a hybrid operator could not use as LiteRT does: a scale per
-    tensor or one per output channel along ``axis``, a bias of one value per output channel."""
+    tensor or one per output channel along ``axis``, a bias of one value per output channel; and weights
+    ``w`` whose sums could overflow the int32 accumulators (LiteRT's would wrap)."""
+    if w.size // channels > _HYBRID_MAX_TERMS:
+        raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' sum {w.size // channels} "
+                                         f"products per output, more than the {_HYBRID_MAX_TERMS} an int32 "
+                                         "sum holds without overflow")
     if scale.size not in (1, channels) or (scale.size > 1 and int(quant.QuantizedDimension()) != axis):
         raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' have {scale.size} scales along "
                                          f"axis {int(quant.QuantizedDimension())}; expected 1 or {channels} along "
