@@ -6,9 +6,9 @@ import tvm
 from tvm import relax
 
 from tvm_memsched.relax.compare import compare
-from tvm_memsched.relax.passes.inline_producers import inline_producers
+from tvm_memsched.relax.passes.inline_producers import InlineProducers, inline_producers
 from tvm_memsched.relax.target import stages
-from tvm_memsched.relax.testing import preactivation_module, weight
+from tvm_memsched.relax.testing import dense_block_module, preactivation_module, weight
 
 
 def fused(mod):
@@ -100,3 +100,84 @@ def test_tvm_pad_before_an_integer_kernel_is_left_apart(caplog):
     assert "FuseTIR refused" not in caplog.text              # never grouped, not merged and given up
     assert not any(p.startswith("pad") and "int8" in c for p, c in merged)
     relax.analysis.check_well_formed(new)
+
+
+def _kernel_named(mod, prefix):
+    names = [n for n in kernels_called(mod) if n.startswith(prefix)]
+    assert len(set(names)) == 1, names
+    return mod[names[0]]
+
+
+def test_a_costly_preactivation_is_computed_once_per_pixel():
+    """A batch norm (a square root per element) before a 1x1 NHWC convolution: computed under the
+    convolution's pixel loop, each element once, into one pixel's channels of workspace."""
+    from tvm_memsched.relax.analysis.workspace import compacted_workspace_bytes
+    from tvm_memsched.relax.passes.inline_producers import _computed_once
+
+    mod = fused(dense_block_module(layers=1, channels=16, size=8))
+    new, merged = inline_producers(mod, bands=False)
+    assert ("fused_batch_norm_relu", "conv2d") in merged
+    assert "fused_batch_norm_relu" not in kernels_called(new)
+    kernel = _kernel_named(new, "fused_fused_batch_norm_relu_conv2d")
+    assert _computed_once(kernel)
+    assert compacted_workspace_bytes(kernel) <= 16 * 4            # one pixel of the 16-channel input
+    relax.analysis.check_well_formed(new)
+
+
+def test_a_costly_producer_that_would_be_recomputed_stays():
+    """NCHW: the 1x1 convolution's output channel loop is outside its pixels, so the batch norm would run once
+    per output channel: it stays a kernel of its own."""
+    mod = fused(dense_block_module(layers=1, size=8, layout="NCHW"))
+    _, merged = inline_producers(mod, bands=False)
+    assert not any(p.startswith("fused_batch_norm") for p, _ in merged)
+
+
+def test_dense_layers_are_computed_in_bands_bit_identically():
+    mod = dense_block_module(layers=2, channels=16, growth=8, size=32)
+    on = compare(mod, repeat=0)
+    off = compare(mod, repeat=0, inline_producers={"bands": False})
+    assert on.numerics_ok and on.max_abs_diff == 0                 # bit-identical to TVM's default build
+    assert off.numerics_ok and off.max_abs_diff == 0
+    assert on.memsched_planned_bytes < off.memsched_planned_bytes
+    assert on.memsched_live_peak_with_workspace_bytes < off.memsched_live_peak_with_workspace_bytes
+    # no bottleneck tensor (32 channels: the 1x1 convolution's output and its batch norm) is left
+    new, _ = inline_producers(fused(mod))
+    shapes = [[int(d) for d in b.var.ty.shape] for blk in new["main"].body.blocks for b in blk.bindings
+              if isinstance(b.var.ty, relax.TensorType)]
+    assert [1, 32, 32, 24] in shapes and [1, 32, 32, 32] in shapes     # the concatenations are there
+    assert sum(s == [1, 32, 32, 32] for s in shapes) == 1              # only the last concatenation
+
+
+@pytest.mark.parametrize("bound, rows", [(1.25, 8), (1.5, 4), (2.0, 2)])
+def test_the_band_is_the_fewest_rows_within_the_recompute_bound(bound, rows):
+    """32 rows, a 3x3 consumer: a band of ``r`` rows computes ``r + 2`` rows of the 1x1 convolution (with the
+    padding row each side), ``ceil(32 / r)`` bands, against 34 rows in one band. The 1x1 convolution runs
+    exactly that often, and the band is the fewest rows within the bound."""
+    from tvm import s_tir
+
+    from tvm_memsched.relax.passes.inline_producers import _blocks_of
+    from tvm_memsched.relax.passes.shrink_workspace import executions
+
+    def ratio(r):
+        return -(-32 // r) * (r + 2) / 34
+
+    assert ratio(rows) <= bound < ratio(rows // 2)
+    mod = fused(dense_block_module(layers=1, channels=16, size=32))
+    new, merged = inline_producers(mod, max_recompute=bound)
+    assert any("+" in p for p, _ in merged)                         # the chain was banded
+    kernel = _kernel_named(new, "fused_fused_fused_batch_norm_relu_conv2d")
+    sch = s_tir.Schedule(kernel)
+    reds = [b.name_hint for b in _blocks_of(kernel) if any(int(iv.iter_type) for iv in b.iter_vars)]
+    p_name, c_name = reds[-2], reds[-1]
+    loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock(c_name))]
+    assert [int(lp.extent) for lp in loops[1:3]] == [-(-32 // rows), rows]    # (n, band, rows in it, ...)
+    # the 1x1 convolution (32 outputs x 16 inputs per pixel) over (r + 2) x 34 padded pixels per band
+    assert executions(sch, sch.get_sblock(p_name)) == -(-32 // rows) * (rows + 2) * 34 * 32 * 16
+
+
+def test_no_band_when_every_band_recomputes_too_much():
+    mod = fused(dense_block_module(layers=1, channels=16, size=32))
+    _, merged = inline_producers(mod, max_recompute=1.0)            # a 3x3 band always shares rows
+    assert not any("+" in p for p, _ in merged)
+    with pytest.raises(ValueError, match="max_recompute"):
+        InlineProducers(max_recompute=0.5)

@@ -92,7 +92,7 @@ def test_epilogue_wider_than_its_reduction_is_computed_inside_it():
     pool = sch.get_sblock("pool_max")
     add = sch.get_consumers(pool)[0]
     wrong = sch.copy()
-    wrong.reverse_compute_at(add, sw._attach_loop(wrong, pool), preserve_unit_loops=True)
+    wrong.reverse_compute_at(add, sw.attach_loop(wrong, pool), preserve_unit_loops=True)
     assert not sw.runs_each_instance_once(wrong, add)  # TVM accepts it, but half of the output is never written
     assert sw.runs_each_instance_once(sch, add)
     new, steps = sw.shrink_func(func)

@@ -10,8 +10,9 @@ with
   outputs; with in-place execution on) and, after fusion, ``ChannelsFirstReduction``
   (their sums in TVM's NCHW order, bit-identical outputs, output channels
   innermost),
-* ``InlineProducers`` right after ``FuseTIR`` (a cheap element-wise producer used
-  once, such as a pre-activation ``relu``, computed inside its consumer's kernel),
+* ``InlineProducers`` right after ``FuseTIR`` (an element-wise producer used once,
+  such as a pre-activation batch norm and ``relu``, computed inside its consumer's
+  kernel; a large convolution -> convolution chain computed in bands of rows),
   then ``ShrinkWorkspace`` (kernels without full-size temporaries: padding inlined
   or computed in bands, epilogues per output element; ``tradeoff``),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
@@ -89,7 +90,8 @@ class MemschedPipeline:
         self.shrink = ShrinkWorkspace(target=self.target, mode=tradeoff) if shrink_workspace else None
         self.balance = BalanceKernels(allowance, self.target, inplace) \
             if shrink_workspace and tradeoff == "balanced" else None
-        self.inline = InlineProducers() if inline_producers else None
+        self.inline = InlineProducers(**(inline_producers if isinstance(inline_producers, dict) else {})) \
+            if inline_producers else None
         self.constants = ShrinkConstants() if shrink_constants else None
         conv_layout = resolve_layout(layout, inplace)
         self.layout = ConvolutionLayout(conv_layout) if conv_layout else None
@@ -147,9 +149,10 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     ``inplace``, ``"keep"`` the model's own, or ``"NHWC"`` / ``"NCHW"``. ``tile=True`` (or a dict
     of its options) first patch-tiles the model's first stage
     (:class:`~tvm_memsched.relax.passes.tiling.PatchTiling`). ``inline_producers=False`` keeps every
-    element-wise producer a kernel of its own (default: cheap ones used once are computed inside their
-    consumer, :class:`~tvm_memsched.relax.passes.inline_producers.InlineProducers`). ``tradeoff``: kernel
-    speed against kernel workspace (:class:`~tvm_memsched.transform.ShrinkWorkspace`'s ``mode``):
+    element-wise producer a kernel of its own (default: those used once are computed inside their
+    consumer, and large convolution -> convolution chains in bands of rows,
+    :class:`~tvm_memsched.relax.passes.inline_producers.InlineProducers`; a dict gives its options).
+    ``tradeoff``: kernel speed against kernel workspace (:class:`~tvm_memsched.transform.ShrinkWorkspace`'s ``mode``):
     ``"memory"`` (default) the least workspace everywhere (a convolution's padding read through a bounds
     test per multiply-accumulate), ``"speed"`` padding computed in bands of rows (a little workspace),
     ``"balanced"`` the faster kernel wherever the peak of live tensors plus workspace stays within

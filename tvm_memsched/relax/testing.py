@@ -19,7 +19,8 @@ import random
 import numpy as np
 from tvm import relax
 
-__all__ = ["branchy_module", "random_module", "weight", "conv_stack_module", "preactivation_module"]
+__all__ = ["branchy_module", "random_module", "weight", "conv_stack_module", "preactivation_module",
+           "dense_block_module"]
 
 
 def weight(rng: np.random.Generator, *shape, scale: float = 1.0) -> relax.Constant:
@@ -221,5 +222,52 @@ def preactivation_module(channels: int = 8, size: int = 16, seed: int = 0):
             r = bb.emit(relax.op.nn.relu(y))
             z = bb.emit(relax.op.nn.conv2d(r, weight(rng, c, c, 3, 3), padding=(1, 1)))
             out = bb.emit_output(relax.op.add(y, z))
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
+def dense_block_module(layers: int = 2, channels: int = 16, growth: int = 8, size: int = 32,
+                       layout: str = "NHWC", seed: int = 0):
+    """DenseNet-BC layers, as ``torch.export`` imports them: each takes ``x``, computes
+    ``conv3x3(relu(bn(conv1x1(relu(bn(x))))))`` (a bottleneck of ``4 * growth`` channels) and concatenates
+    it to ``x``. ``x`` lives across its batch norm (a square root per element), and the bottleneck tensor
+    is the largest in the layer.
+
+    Example
+    -------
+    >>> mod = dense_block_module(layers=2, channels=16, growth=8, size=8)
+    >>> [int(d) for d in mod["main"].ret_ty.shape]
+    [1, 8, 8, 32]
+    """
+    rng = np.random.default_rng(seed)
+    nhwc = layout == "NHWC"
+    cax = 3 if nhwc else 1
+
+    def bn_relu(bb, h, c):
+        stats = [relax.const(rng.uniform(0.5, 1.5, [c]).astype("float32")),
+                 relax.const(rng.standard_normal([c]).astype("float32") * 0.1),
+                 relax.const(rng.standard_normal([c]).astype("float32") * 0.1),
+                 relax.const(rng.uniform(0.5, 1.5, [c]).astype("float32"))]
+        bn = bb.emit(relax.op.nn.batch_norm(h, *stats, axis=cax, epsilon=1e-5, training=False))
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
+
+    def conv(bb, h, ci, co, k):
+        w = weight(rng, co, ci, k, k)
+        if nhwc:
+            w = relax.const(np.transpose(w.value.numpy(), (0, 2, 3, 1)).copy())
+        return bb.emit(relax.op.nn.conv2d(h, w, padding=k // 2, data_layout=layout,
+                                          kernel_layout="OHWI" if nhwc else "OIHW"))
+
+    shape = [1, size, size, channels] if nhwc else [1, channels, size, size]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h, c = x, channels
+            for _ in range(layers):
+                mid = conv(bb, bn_relu(bb, h, c), c, 4 * growth, 1)
+                new = conv(bb, bn_relu(bb, mid, 4 * growth), 4 * growth, growth, 3)
+                h, c = bb.emit(relax.op.concat([h, new], axis=cax)), c + growth
+            out = bb.emit_output(h)
         bb.emit_func_output(out)
     return bb.finalize()

@@ -1,30 +1,50 @@
-"""Element-wise producers computed inside their only consumer: the ``InlineProducers`` pass (after FuseTIR).
+"""Producers computed inside their only consumer: the ``InlineProducers`` pass (after FuseTIR).
 
 TVM's FuseOps fuses element-wise operators *after* a convolution into it, never
 *before*: in a pre-activation network (DenseNet's BN-ReLU-Conv, ResNet-v2) the
 ``relu`` of a tensor that stays alive for a later concatenation or residual
 add is a whole second copy of it, and the live peak holds both. No order and
 no in-place overlap removes it (the input is still needed, so the ``relu``
-cannot overwrite it).
+cannot overwrite it). And a convolution's whole output lives until the next
+convolution has read it, though that one reads it a few rows at a time.
 
-This pass computes such a producer inside its consumer's kernel instead:
-for a ``call_tir`` of a kernel TVM classifies element-wise or broadcast
-(``op_pattern`` <= 1) whose result has exactly one use, the argument of
-another ``call_tir``, the two calls are grouped into one primitive function,
-TVM's ``FuseTIR`` merges the kernels, and the producer's stage is inlined
-(``compute_inline``) into the stages reading it, so the consumer reads
-``max(x, 0)`` where it read the ``relu`` output. The tensor disappears from
-the program. Only cheap producers qualify (arithmetic, ``max`` / ``min``,
-casts and selects: no transcendental calls, which the consumer would repeat
-for every read), and only when the producer's result is at least as large as
-each of its tensor inputs (the inputs then live until the consumer, which
-must not cost more than the result saved). A merged kernel whose producer
-stage cannot be inlined is dropped and the two calls stay as they were; a pair whose kernels give the
-shared tensor different buffer types (TVM's kernels index with int64, our integer kernels with int32),
-which FuseTIR cannot merge, is not grouped.
+This pass computes such producers inside their consumer's kernel instead. The
+calls are grouped into one primitive function, TVM's ``FuseTIR`` merges the
+kernels, and the merged kernel is scheduled so that the intermediate tensor
+disappears from the program:
 
-Every element is computed by the same expression on the same values, so
-results are bit-identical to TVM's build.
+1. **Cheap element-wise producers.** A ``call_tir`` of an element-wise or broadcast
+   kernel (TVM's ``op_pattern`` <= 1, or a fused kernel whose every block stores at
+   its own iteration point) whose result has exactly one use, the argument of
+   another ``call_tir``: the producer's stage is inlined (``compute_inline``), so
+   the consumer reads ``max(x, 0)`` where it read the ``relu`` output. Cheap means
+   arithmetic, ``max`` / ``min``, casts and selects.
+2. **Costly element-wise producers** (a batch norm's square root, a sigmoid's
+   ``exp``), which the consumer would repeat for every read: computed under the
+   consumer's loops, one pixel's channels at a time, where that computes each
+   element exactly once (a 1x1 convolution in NHWC) and takes at most
+   :data:`MAX_BAND` of the removed tensor as workspace; otherwise left apart.
+3. **Convolution chains in bands** (``bands=True``): a reduction ``P`` (a
+   convolution), at most one element-wise kernel, and a reduction ``C`` reading the
+   result, each intermediate used once and together at least ``band_share`` of the
+   function's largest tensor. ``C``'s output rows are split into bands; its input
+   stage (the element-wise stages and ``C``'s padding) is computed per band, and
+   ``P`` per pixel of that stage. Rows two bands share are computed by both, so the
+   band is the fewest rows (1, 2, 4, ...) for which ``P`` runs at most
+   ``max_recompute`` times its work in one band; the band's workspace may be at most
+   :data:`MAX_CHAIN_BAND` of the tensors removed. This is patch-based inference
+   (MCUNetV2) for the interior of a network: a DenseNet layer's 1x1 -> 3x3
+   bottleneck, a MobileNet's expansion -> depthwise convolution.
+
+Only producers whose result is at least as large as each of their tensor inputs
+qualify for steps 1 and 2 (the inputs then live until the consumer, which must
+not cost more than the result saved). A merged kernel the schedule cannot
+realise is dropped and the calls stay as they were; a pair whose kernels give the
+shared tensor different buffer types (TVM's kernels index with int64, our integer
+kernels with int32), which FuseTIR cannot merge, is not grouped.
+
+Every element is computed by the same expression on the same values, summed in
+the same order, so results are bit-identical to TVM's build.
 
 Example
 -------
@@ -46,17 +66,21 @@ from collections import Counter
 
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import relax, s_tir, tirx
 
-from ..analysis.workspace import compacted_workspace_bytes, walk_stmts
+from ..analysis.workspace import compacted_workspace_bytes, internal_allocations, walk_stmts
 from ..ir import static_nbytes, var_occurrences
-from .shrink_workspace import shrink_func
+from .shrink_workspace import attach_loop, executions, runs_each_instance_once, shrink_func
 
 __all__ = ["InlineProducers", "inline_producers"]
 
 log = logging.getLogger(__name__)
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+#: a costly producer computed in bands may take at most this share of the tensor it removes as workspace
+MAX_BAND = 1 / 8
+#: a chain computed in bands may take at most this share of the intermediates it removes as workspace
+MAX_CHAIN_BAND = 1 / 2
 _CHEAP_CALLS = ("if_then_else", "likely", "reinterpret")
 _BINARY = tuple(getattr(tirx, n) for n in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max",
                                            "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or") if hasattr(tirx, n))
@@ -90,10 +114,41 @@ def _cheap_expr(e) -> bool:
     return True
 
 
+def _elementwise(func) -> bool:
+    """Element-wise or broadcast: as TVM's op pattern classifies the kernel, or, for a kernel FuseTIR wrote
+    (no pattern), one whose every block is spatial, stores at its own iteration point and reads tensors of
+    the output's rank only at that point (lower-rank operands are broadcast)."""
+    attrs = func.attrs
+    if attrs is not None and "op_pattern" in attrs:
+        return int(attrs["op_pattern"]) <= 1
+    func = _inlined(func)[0]
+    blocks = []
+    walk_stmts(func.body, lambda st: blocks.append(st)
+               if isinstance(st, s_tir.SBlock) and st.name_hint != "root" else None)
+    if not blocks or internal_allocations(func):
+        return False
+    for block in blocks:
+        if any(int(iv.iter_type) != 0 for iv in block.iter_vars) or block.init is not None:
+            return False
+        point = [iv.var for iv in block.iter_vars]
+        rank = len(point)
+        bad = []
+
+        def visit(st):
+            if isinstance(st, (tirx.BufferStore, tvm.ir.TensorLoad)) and len(st.indices) == rank:
+                if not all(isinstance(i, tvm.ir.Var) and i.same_as(v) for i, v in zip(st.indices, point)):
+                    bad.append(st)
+            elif isinstance(st, tirx.BufferStore):
+                bad.append(st)
+        walk_stmts(block.body, visit)
+        if bad:
+            return False
+    return True
+
+
 def _cheap(func) -> bool:
     """Element-wise or broadcast (TVM's op pattern) and free of calls the consumer would repeat."""
-    attrs = func.attrs
-    if attrs is None or "op_pattern" not in attrs or int(attrs["op_pattern"]) > 1:
+    if not _elementwise(func):
         return False
     stores = []
     walk_stmts(func.body, lambda st: stores.append(st) if isinstance(st, tirx.BufferStore) else None)
@@ -117,7 +172,7 @@ def _producers(mod, block, uses, exclude) -> dict:
                 continue
             p = block.bindings[j].value
             if not _is_call_tir(p) or not isinstance(mod[p.args[0]], tirx.PrimFunc) \
-                    or not _cheap(mod[p.args[0]]) or isinstance(p.ty, relax.TupleType):
+                    or not _elementwise(mod[p.args[0]]) or isinstance(p.ty, relax.TupleType):
                 continue
             out = static_nbytes(p.ty)
             ins = [static_nbytes(x.ty) for x in p.args[1].fields if isinstance(x, relax.Var)]
@@ -126,6 +181,61 @@ def _producers(mod, block, uses, exclude) -> dict:
             if not _same_buffers(mod, p, b.value, a):
                 continue
             groups.setdefault(k, []).append(j)
+    return groups
+
+
+def _reduction(func) -> bool:
+    """True when a block of ``func`` reduces (a convolution, a pooling, a matrix product)."""
+    found = []
+    walk_stmts(func.body, lambda st: found.append(st) if isinstance(st, s_tir.SBlock)
+               and any(int(iv.iter_type) != 0 for iv in st.iter_vars) else None)
+    return bool(found)
+
+
+def _kernel(mod, value):
+    """The PrimFunc a ``call_tir`` binding value calls (None for anything else)."""
+    if not _is_call_tir(value) or isinstance(value.ty, relax.TupleType):
+        return None
+    f = mod[value.args[0]]
+    return f if isinstance(f, tirx.PrimFunc) else None
+
+
+def _chains(mod, block, uses, exclude, share: float) -> dict:
+    """consumer binding index -> [producer binding indices]: a reduction ``C`` reading, through at most one
+    element-wise kernel ``E``, the output of a reduction ``P``, each intermediate used once and together at
+    least ``share`` of the block's largest tensor. Chains are disjoint."""
+    index = {b.var: k for k, b in enumerate(block.bindings)}
+    sizes = [static_nbytes(b.var.ty) or 0 for b in block.bindings]
+    floor = share * max(sizes, default=0)
+    found = []
+    for k, b in enumerate(block.bindings):
+        fc = _kernel(mod, b.value)
+        if fc is None or not _reduction(fc) or any(b.var.same_as(e) for e in exclude):
+            continue
+        for a in b.value.args[1].fields:
+            j = index.get(a) if isinstance(a, relax.Var) else None
+            if j is None or uses.get(a) != 1:
+                continue
+            chain = [j]
+            fj = _kernel(mod, block.bindings[j].value)
+            if fj is not None and not _reduction(fj) and _elementwise(fj):
+                ins = [x for x in block.bindings[j].value.args[1].fields if isinstance(x, relax.Var)
+                       and x in index and uses.get(x) == 1 and _kernel(mod, block.bindings[index[x]].value)]
+                if len(ins) != 1:
+                    continue
+                chain.insert(0, index[ins[0]])
+            fp = _kernel(mod, block.bindings[chain[0]].value)
+            if fp is None or not _reduction(fp) or sum(sizes[i] for i in chain) < floor:
+                continue
+            values = [block.bindings[i].value for i in chain] + [b.value]
+            vars_ = [block.bindings[i].var for i in chain]
+            if all(_same_buffers(mod, values[n], values[n + 1], vars_[n]) for n in range(len(chain))):
+                found.append((sum(sizes[i] for i in chain), k, chain))
+    groups, taken = {}, set()
+    for _, k, chain in sorted(found, key=lambda t: -t[0]):      # the largest intermediates first
+        if taken.isdisjoint([k] + chain):
+            groups[k] = chain
+            taken.update([k] + chain)
     return groups
 
 
@@ -159,18 +269,20 @@ def _group_function(block, consumer: int, producers: list):
         return q
 
     inner = []
+
+    def arg(a):
+        hit = next((v for var, v in inner if var.same_as(a)), None)
+        return hit if hit is not None else param(a)
+
     bindings = []
-    for j in producers:
+    for j in sorted(producers):          # program order: a producer may read an earlier one (a chain)
         b = block.bindings[j]
         v = relax.DataflowVar(f"p{j}", b.var.ty)
         bindings.append(relax.VarBinding(v, relax.call_tir(b.value.args[0], relax.Tuple(
-            [param(a) for a in b.value.args[1].fields]), b.var.ty)))
+            [arg(a) for a in b.value.args[1].fields]), b.var.ty)))
         inner.append((b.var, v))
     c = block.bindings[consumer]
-    args = []
-    for a in c.value.args[1].fields:
-        hit = next((v for var, v in inner if var.same_as(a)), None)
-        args.append(hit if hit is not None else param(a))
+    args = [arg(a) for a in c.value.args[1].fields]
     ret = relax.Var("ret", c.var.ty)
     bindings.append(relax.VarBinding(ret, relax.call_tir(c.value.args[0], relax.Tuple(args), c.var.ty)))
     fn = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(bindings)], ret), c.var.ty, True)
@@ -183,14 +295,134 @@ def _inlined(func) -> tuple:
     return g, compacted_workspace_bytes(g)
 
 
-def _merge_once(mod, function: str, exclude: list):
-    """One round: ``(module, merged pairs, consumer vars whose merged kernel kept the producer stage)``."""
+def _computed_once(func) -> bool:
+    """True when every stage of ``func`` that writes its workspace runs each point of its domain once."""
+    sch = s_tir.Schedule(func)
+    internal = {name for name, scope, _ in internal_allocations(func) if scope in ("global", "")}
+    names = []
+    walk_stmts(func.body, lambda st: names.append(st.name_hint)
+               if isinstance(st, s_tir.SBlock) and st.name_hint != "root" else None)
+    for name in names:
+        blk = sch.get_sblock(name)
+        block = sch.get(blk)
+        if len(block.writes) == 1 and block.writes[0].source.name in internal \
+                and not runs_each_instance_once(sch, blk):
+            return False
+    return True
+
+
+def _banded(func) -> tuple:
+    """(func with each costly producer stage computed under its consumer's loops once per element, its
+    workspace bytes after compaction); ``(func, None)`` when a stage would be computed more than once."""
+    g, steps = shrink_func(func, epilogues=False, reuse="band")
+    if not steps or any("kept whole" in s for s in steps) or not _computed_once(g):
+        return func, None
+    return g, compacted_workspace_bytes(g)
+
+
+def _blocks_of(func) -> list:
+    out = []
+    walk_stmts(func.body, lambda st: out.append(st) if isinstance(st, s_tir.SBlock) and st.name_hint != "root"
+               else None)
+    return out
+
+
+def _workspace(func) -> int | None:
+    """Compacted workspace bytes of a scheduled kernel; None when TVM's compaction refuses it (index types
+    that do not match after a split, say): such a schedule is not used."""
+    try:
+        return compacted_workspace_bytes(func)
+    except Exception:  # noqa: BLE001 - refused by TVM's own passes: not a kernel to build
+        return None
+
+
+def _band_schedule(func, max_recompute: float):
+    """``func`` (producer reduction ``P``, element-wise stages, consumer reduction ``C``, as FuseTIR merged
+    them) computing ``P`` in bands of ``C``'s output rows, or None when no band keeps the recomputation of
+    ``P`` within ``max_recompute`` (see the module docstring)."""
+    blocks = _blocks_of(func)
+    reds = [k for k, b in enumerate(blocks) if any(int(iv.iter_type) != 0 for iv in b.iter_vars)]
+    if len(reds) < 2:
+        return None
+    p_name, c_name = blocks[reds[-2]].name_hint, blocks[reds[-1]].name_hint
+    if len({b.name_hint for b in blocks}) != len(blocks):
+        return None
+    base = s_tir.Schedule(func)
+    producers = [base.get(x).name_hint for x in base.get_producers(base.get_sblock(c_name))]
+    if len(producers) != 1:
+        return None
+    keep = producers[0]
+    try:
+        for b in blocks[reds[-2] + 1:reds[-1]]:          # P's epilogue and E: one stage, read by C
+            if b.name_hint != keep:
+                base.compute_inline(base.get_sblock(b.name_hint))
+    except Exception:  # noqa: BLE001 - a stage TVM cannot inline: no band
+        return None
+    early = [base.get(x).name_hint for x in base.get_producers(base.get_sblock(p_name))
+             if base.get(x).name_hint in {b.name_hint for b in blocks[:reds[-2]]}]
+    c_loops = list(base.get_loops(base.get_sblock(c_name)))
+    outer = attach_loop(base, base.get_sblock(c_name))
+    last = next((n for n, lp in enumerate(c_loops) if outer is not None and base.get(lp).same_as(base.get(outer))),
+                -1)
+    spatial = c_loops[:last + 1]
+    for n_loop, loop in enumerate(spatial):
+        extent = int(base.get(loop).extent)
+        if extent < 4:
+            continue
+        whole = _band_trial(base, c_name, keep, p_name, early, n_loop, extent)   # one band: no overlap
+        if whole is None:
+            continue
+        work = executions(whole, whole.get_sblock(p_name))
+        rows = 1
+        while rows < extent:
+            sch = _band_trial(base, c_name, keep, p_name, early, n_loop, rows)
+            if sch is not None and executions(sch, sch.get_sblock(p_name)) <= max_recompute * work:
+                return sch.mod["main"]
+            rows *= 2
+    return None
+
+
+def _band_trial(base, c_name, keep, p_name, early, n_loop, rows):
+    """``base`` with ``C``'s ``n_loop``-th loop split into bands of ``rows``, ``keep`` (C's input stage) computed
+    per band, ``P`` per point of ``keep`` (one pixel's channels where that is the same work) and ``P``'s
+    earlier producers with it; None when TVM refuses a step."""
+    sch = base.copy()
+    try:
+        loop = sch.get_loops(sch.get_sblock(c_name))[n_loop]
+        band, _ = sch.split(loop, [None, rows])
+        if keep != p_name:
+            sch.compute_at(sch.get_sblock(keep), band, preserve_unit_loops=True)
+            k_loops = sch.get_loops(sch.get_sblock(keep))
+            trials = []
+            for at in k_loops[-2:]:              # per pixel (the channels' loop vectorises), per element
+                trial = sch.copy()
+                trial.compute_at(trial.get_sblock(p_name), at, preserve_unit_loops=True)
+                trials.append((executions(trial, trial.get_sblock(p_name)), trial))
+            sch = trials[0][1] if trials[0][0] <= trials[-1][0] else trials[-1][1]
+        else:
+            sch.compute_at(sch.get_sblock(p_name), band, preserve_unit_loops=True)
+        at = attach_loop(sch, sch.get_sblock(p_name))
+        for name in early:
+            sch.compute_at(sch.get_sblock(name), at, preserve_unit_loops=True)
+    except Exception:  # noqa: BLE001 - a step TVM refuses: no band here
+        return None
+    return sch
+
+
+def _merge_once(mod, function: str, exclude: list, bands=None):
+    """One round: ``(module, merged pairs, consumer vars whose merged kernel kept the producer stage)``;
+    ``bands = (share, max_recompute)`` merges reduction chains computed in bands instead."""
     func = mod[function]
     uses = _uses(func)
     bb = relax.BlockBuilder(mod)
     new_blocks, pending = [], []
     for block in func.body.blocks:
-        groups = _producers(mod, block, uses, exclude) if isinstance(block, relax.DataflowBlock) else {}
+        if not isinstance(block, relax.DataflowBlock):
+            groups = {}
+        elif bands is None:
+            groups = _producers(mod, block, uses, exclude)
+        else:
+            groups = _chains(mod, block, uses, exclude, bands[0])
         if not groups:
             new_blocks.append(block)
             continue
@@ -204,7 +436,14 @@ def _merge_once(mod, function: str, exclude: list):
                 names = [block.bindings[j].value.args[0].name_hint for j in groups[k]]
                 consumer = b.value.args[0]
                 gv = bb.add_func(fn, "fused_" + "_".join(names + [consumer.name_hint]))
-                pending.append((b.var, "+".join(names), consumer))
+                saved = sum(static_nbytes(block.bindings[j].var.ty) for j in groups[k])
+                if bands is not None:
+                    mode = "band"
+                elif all(_cheap(mod[block.bindings[j].value.args[0]]) for j in groups[k]):
+                    mode = "inline"
+                else:
+                    mode = "once"
+                pending.append((b.var, "+".join(names), consumer, mode, saved))
                 out.append(relax.VarBinding(b.var, relax.Call(gv, outer)))
             else:
                 out.append(b)
@@ -226,13 +465,23 @@ def _merge_once(mod, function: str, exclude: list):
             if _is_call_tir(b.value):
                 kernels[b.var] = b.value.args[0]
     merged, refused = [], []
-    for var, names, consumer in pending:
+    for var, names, consumer, mode, saved in pending:
         kernel = next((gv for v, gv in kernels.items() if v.same_as(var)), None)
         if kernel is None:
             refused.append(var)
             continue
-        g, ws = _inlined(grouped[kernel])
-        if ws > _inlined(mod[consumer])[1]:          # the producer is still a stage of its own
+        own = _inlined(mod[consumer])[1]
+        if mode == "inline":
+            g, ws = _inlined(grouped[kernel])
+            ok = ws <= own          # else the producer is still a stage of its own
+        elif mode == "once":
+            g, ws = _banded(grouped[kernel])
+            ok = ws is not None and ws - own <= saved * MAX_BAND    # not recomputed, and a small band
+        else:
+            g = _band_schedule(grouped[kernel], bands[1])
+            ws = _workspace(g) if g is not None else None
+            ok = ws is not None and ws - own <= saved * MAX_CHAIN_BAND
+        if not ok:
             refused.append(var)
             continue
         attrs = grouped[kernel].attrs
@@ -241,10 +490,12 @@ def _merge_once(mod, function: str, exclude: list):
     return relax.transform.DeadCodeElimination()(grouped), merged, refused
 
 
-def inline_producers(mod, function: str = "main", rounds: int = 4) -> tuple["tvm.IRModule", list]:
+def inline_producers(mod, function: str = "main", rounds: int = 4, *, bands: bool = True,
+                     band_share: float = 0.25, max_recompute: float = 1.25) -> tuple["tvm.IRModule", list]:
     """``(module, [(producer kernels, consumer kernel)])`` with eligible element-wise producers merged into
-    their only consumer (see the module docstring); ``mod`` is after FuseTIR. ``rounds`` bounds how many
-    producers deep a chain is merged."""
+    their only consumer, then (``bands``) reduction chains computed in bands (see the module docstring);
+    ``mod`` is after FuseTIR. ``rounds`` bounds how many producers deep an element-wise chain is merged;
+    ``band_share`` and ``max_recompute`` as :class:`InlineProducers` takes them."""
     if function not in [gv.name_hint for gv in mod.get_global_vars()] \
             or not isinstance(mod[function], relax.Function) or not isinstance(mod[function].body, relax.SeqExpr):
         return mod, []
@@ -261,12 +512,23 @@ def inline_producers(mod, function: str = "main", rounds: int = 4) -> tuple["tvm
             break
         mod = new
         merged_all += merged
+    if bands:
+        exclude = []
+        for _ in range(2):     # once more without the chains TVM or the band refused
+            new, merged, refused = _merge_once(mod, function, exclude, (band_share, max_recompute))
+            if not refused:
+                if merged:
+                    mod, merged_all = new, merged_all + merged
+                break
+            log.info("InlineProducers: %d chain(s) found no band; left unmerged", len(refused))
+            exclude += refused
     return mod, merged_all
 
 
 @tvm.transform.module_pass(opt_level=0, name="InlineProducers")
 class InlineProducers:
-    """Compute cheap element-wise producers inside their only consumer's kernel (see the module docstring).
+    """Compute element-wise producers inside their only consumer's kernel, and convolution chains in bands
+    of rows (see the module docstring).
 
     Runs after FuseTIR (before :class:`~tvm_memsched.transform.ShrinkWorkspace`). ``.merged`` holds the
     ``(producer, consumer)`` kernel pairs of the last run.
@@ -275,12 +537,28 @@ class InlineProducers:
     ----------
     function : str
         The Relax function whose bindings are merged (default ``"main"``).
+    bands : bool
+        Also compute a reduction's input chain (convolution, element-wise stages, convolution) in bands of
+        the consumer's output rows (default True).
+    band_share : float
+        Only chains whose intermediate tensors add up to at least this share of the function's largest
+        tensor are banded (default 0.25): smaller ones cost recomputation for little memory.
+    max_recompute : float
+        The producer convolution may run at most this many times its own work in bands (the rows two bands
+        share are computed in both; default 1.25): the band is the fewest rows within that bound.
     """
 
-    def __init__(self, function: str = "main"):
+    def __init__(self, function: str = "main", bands: bool = True, band_share: float = 0.25,
+                 max_recompute: float = 1.25):
+        if not 0 <= band_share <= 1:
+            raise ValueError(f"band_share must be within [0, 1], got {band_share!r}")
+        if max_recompute < 1:
+            raise ValueError(f"max_recompute must be at least 1, got {max_recompute!r}")
         self.function = function
+        self.bands, self.band_share, self.max_recompute = bands, band_share, max_recompute
         self.merged: list = []
 
     def transform_module(self, mod, ctx):
-        new, self.merged = inline_producers(mod, self.function)
+        new, self.merged = inline_producers(mod, self.function, bands=self.bands, band_share=self.band_share,
+                                            max_recompute=self.max_recompute)
         return new

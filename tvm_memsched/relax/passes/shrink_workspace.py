@@ -75,7 +75,7 @@ from ..analysis.inplace import KEEP_NOALIAS
 from ..ir import per_body, strip_attrs
 
 __all__ = ["ShrinkWorkspace", "InlinePadding", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
-           "runs_each_instance_once", "REUSE", "MODES", "UNSHRUNK"]
+           "runs_each_instance_once", "attach_loop", "executions", "instances", "REUSE", "MODES", "UNSHRUNK"]
 
 #: what :func:`shrink_func` may do with a stage a reduction reads several times per element
 REUSE = ("inline", "band")
@@ -118,7 +118,7 @@ def _writes_internal(block, internal) -> bool:
     return len(block.writes) == 1 and _region_buffer(block.writes[0]).name in internal
 
 
-def _instances(block) -> int | None:
+def instances(block) -> int | None:
     """Points of a block's iteration domain (None when an extent is not static)."""
     n = 1
     for iv in block.iter_vars:
@@ -135,7 +135,7 @@ def _reused(sch, blk) -> bool:
     in the reduction's innermost loop once per read."""
     block = sch.get(blk)
     out = _region_buffer(block.writes[0])
-    mine = _instances(block)
+    mine = instances(block)
     if not mine:
         return False
     for c in sch.get_consumers(blk):
@@ -144,7 +144,7 @@ def _reused(sch, blk) -> bool:
             continue
         if not any(_region_buffer(r).same_as(out) for r in cblock.reads):
             continue
-        theirs = _instances(cblock)
+        theirs = instances(cblock)
         if theirs is None or theirs > mine:
             return True
     return False
@@ -161,7 +161,7 @@ def _has_reused_stage(func) -> bool:
         return False
 
 
-def _executed(sch, blk) -> int:
+def executions(sch, blk) -> int:
     """How many times the loops around ``blk`` run its body (product of their static extents)."""
     n = 1
     for lp in sch.get_loops(blk):
@@ -242,7 +242,7 @@ def _split_loops(sch, blk):
     return loops, []
 
 
-def _attach_loop(sch, blk):
+def attach_loop(sch, blk):
     """The innermost loop of ``blk`` outside all of its reduction loops (None if there is none)."""
     spatial, _ = _split_loops(sch, blk)
     return spatial[-1] if spatial else None
@@ -321,7 +321,7 @@ def _attach_epilogues(sch, steps):
         block = sch.get(blk)
         if not _is_reduction(block) or not _writes_internal(block, internal):
             continue
-        loop = _attach_loop(sch, blk)
+        loop = attach_loop(sch, blk)
         if loop is None:
             continue
         work = list(sch.get_consumers(blk))
@@ -364,7 +364,7 @@ def _band_stages(sch, steps):
         consumers = sch.get_consumers(blk)
         if len(consumers) != 1 or _share_loop(sch, blk, consumers[0]):
             continue
-        points = _instances(sch.get(consumers[0]))
+        points = instances(sch.get(consumers[0]))
         if not points:
             continue
         spatial, _ = _split_loops(sch, consumers[0])
@@ -373,7 +373,7 @@ def _band_stages(sch, steps):
             trial = _try(sch, lambda s, lp=loop: s.compute_at(blk, lp, preserve_unit_loops=True), [])
             if trial is None:
                 continue
-            share = _executed(trial, trial.get_sblock(name)) / points
+            share = executions(trial, trial.get_sblock(name)) / points
             if share <= MAX_SHARE:
                 sch = trial
                 steps.append(f"{name} in bands under {sch.get(consumers[0]).name_hint} "
@@ -397,7 +397,7 @@ def _compute_at_consumers(sch, steps):
             continue
         if _share_loop(sch, blk, consumers[0]):
             continue
-        loop = _attach_loop(sch, consumers[0])
+        loop = attach_loop(sch, consumers[0])
         if loop is None:
             continue
         trial = _try(sch, lambda s: s.compute_at(blk, loop, preserve_unit_loops=True), [blk])
