@@ -440,7 +440,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
             if (tvms or mod_ours is mod) else None
         fused_ours = fused if mod_ours is mod else \
             _tvm_call(lambda: tvm.transform.Sequential(common)(mod_ours), "TVM's Relax lowering")
-        kernel_passes = ([InlineProducers()] if inline else []) + ([shrink] if shrink is not None else [])
+        kernel_passes = ([InlineProducers(bands=False)] if inline else []) + ([shrink] if shrink is not None else [])
         if conv_layout:                # acts only on convolutions ConvolutionLayout converted
             kernel_passes.append(ChannelsFirstReduction())
         pre_ours = _tvm_call(lambda: tvm.transform.Sequential(kernel_passes + lower + [reorder] + middle)(fused_ours),

@@ -24,15 +24,16 @@ disappears from the program:
    consumer's loops, one pixel's channels at a time, where that computes each
    element exactly once (a 1x1 convolution in NHWC) and takes at most
    :data:`MAX_BAND` of the removed tensor as workspace; otherwise left apart.
-3. **Convolution chains in bands** (``bands=True``): a reduction ``P`` (a
-   convolution), at most one element-wise kernel, and a reduction ``C`` reading the
-   result, each intermediate used once and together at least ``band_share`` of the
-   function's largest tensor. ``C``'s output rows are split into bands; its input
-   stage (the element-wise stages and ``C``'s padding) is computed per band, and
-   ``P`` per pixel of that stage. Rows two bands share are computed by both, so the
-   band is the fewest rows (1, 2, 4, ...) for which ``P`` runs at most
-   ``max_recompute`` times its work in one band; the band's workspace may be at most
-   :data:`MAX_CHAIN_BAND` of the tensors removed. This is patch-based inference
+3. **Convolution chains in bands** (``bands=True``): a reduction ``P`` summing along
+   one axis (a 1x1 convolution, a dense layer: any loop order then keeps its sums),
+   at most one element-wise kernel, and a reduction ``C`` reading the result, each
+   intermediate used once and together at least ``band_share`` of the function's
+   largest tensor. ``C``'s output rows are split into bands; its input stage (the
+   element-wise stages and ``C``'s padding) is computed per band, and ``P`` per
+   pixel of that stage. Rows two bands share are computed by both, so the band is
+   the fewest rows (1, 2, 4, ...) for which ``P`` and every stage before ``C`` run
+   at most ``max_recompute`` times their work in one band; the band's workspace may
+   be at most :data:`MAX_CHAIN_BAND` of the tensors removed. This is patch-based inference
    (MCUNetV2) for the interior of a network: a DenseNet layer's 1x1 -> 3x3
    bottleneck, a MobileNet's expansion -> depthwise convolution.
 
@@ -347,6 +348,8 @@ def _band_schedule(func, max_recompute: float):
     p_name, c_name = blocks[reds[-2]].name_hint, blocks[reds[-1]].name_hint
     if len({b.name_hint for b in blocks}) != len(blocks):
         return None
+    if sum(int(iv.iter_type) != 0 and (_int_extent(iv) or 2) > 1 for iv in blocks[reds[-2]].iter_vars) > 1:
+        return None       # P sums along one axis only (a 1x1 convolution): any loop order keeps its sums
     base = s_tir.Schedule(func)
     producers = [base.get(x).name_hint for x in base.get_producers(base.get_sblock(c_name))]
     if len(producers) != 1:
@@ -372,14 +375,21 @@ def _band_schedule(func, max_recompute: float):
         whole = _band_trial(base, c_name, keep, p_name, early, n_loop, extent)   # one band: no overlap
         if whole is None:
             continue
-        work = executions(whole, whole.get_sblock(p_name))
+        stages = sorted({p_name, keep, *early})
+        work = [executions(whole, whole.get_sblock(n)) for n in stages]
         rows = 1
         while rows < extent:
             sch = _band_trial(base, c_name, keep, p_name, early, n_loop, rows)
-            if sch is not None and executions(sch, sch.get_sblock(p_name)) <= max_recompute * work:
+            if sch is not None and all(executions(sch, sch.get_sblock(n)) <= max_recompute * w
+                                       for n, w in zip(stages, work)):
                 return sch.mod["main"]
             rows *= 2
     return None
+
+
+def _int_extent(iv):
+    e = iv.dom.extent
+    return int(e) if isinstance(e, (int, tirx.IntImm)) else None
 
 
 def _band_trial(base, c_name, keep, p_name, early, n_loop, rows):
