@@ -71,7 +71,7 @@ from tvm import relax, s_tir, tirx
 
 from ..analysis.workspace import compacted_workspace_bytes, internal_allocations, walk_stmts
 from ..ir import static_nbytes, var_occurrences
-from .shrink_workspace import attach_loop, executions, runs_each_instance_once, shrink_func
+from .shrink_workspace import attach_loop, executions, instances, runs_each_instance_once, shrink_func
 
 __all__ = ["InlineProducers", "inline_producers"]
 
@@ -82,6 +82,8 @@ _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 MAX_BAND = 1 / 8
 #: a chain computed in bands may take at most this share of the intermediates it removes as workspace
 MAX_CHAIN_BAND = 1 / 2
+#: one band may run a stage at most this many times its points (the padding rows and columns it covers)
+MAX_PADDED = 2
 _CHEAP_CALLS = ("if_then_else", "likely", "reinterpret")
 _BINARY = tuple(getattr(tirx, n) for n in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max",
                                            "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or") if hasattr(tirx, n))
@@ -377,6 +379,8 @@ def _band_schedule(func, max_recompute: float):
             continue
         stages = sorted({p_name, keep, *early})
         work = [executions(whole, whole.get_sblock(n)) for n in stages]
+        if any(w > MAX_PADDED * (instances(whole.get(whole.get_sblock(n))) or 0) for n, w in zip(stages, work)):
+            continue          # even one band computes a stage several times over (per output channel, say)
         rows = 1
         while rows < extent:
             sch = _band_trial(base, c_name, keep, p_name, early, n_loop, rows)
@@ -407,12 +411,12 @@ def _band_trial(base, c_name, keep, p_name, early, n_loop, rows):
             for at in k_loops[-2:]:              # per pixel (the channels' loop vectorises), per element
                 trial = sch.copy()
                 trial.compute_at(trial.get_sblock(p_name), at, preserve_unit_loops=True)
-                trials.append((executions(trial, trial.get_sblock(p_name)), trial))
-            sch = trials[0][1] if trials[0][0] <= trials[-1][0] else trials[-1][1]
+                trials.append((executions(trial, trial.get_sblock(p_name)), trial, at))
+            _, sch, at = trials[0] if trials[0][0] <= trials[-1][0] else trials[-1]
         else:
             sch.compute_at(sch.get_sblock(p_name), band, preserve_unit_loops=True)
-        at = attach_loop(sch, sch.get_sblock(p_name))
-        for name in early:
+            at = attach_loop(sch, sch.get_sblock(p_name))
+        for name in early:                       # where P is computed, before it: once per point of P's input
             sch.compute_at(sch.get_sblock(name), at, preserve_unit_loops=True)
     except Exception:  # noqa: BLE001 - a step TVM refuses: no band here
         return None
