@@ -118,6 +118,10 @@ def _cheap_expr(e) -> bool:
 
 
 def _elementwise(func) -> bool:
+    return _memo("elementwise", func, _is_elementwise)
+
+
+def _is_elementwise(func) -> bool:
     """Element-wise or broadcast: as TVM's op pattern classifies the kernel, or, for a kernel FuseTIR wrote
     (no pattern), one whose every block is spatial, stores at its own iteration point and reads tensors of
     the output's rank only at that point (lower-rank operands are broadcast)."""
@@ -292,10 +296,23 @@ def _group_function(block, consumer: int, producers: list):
     return fn.with_attr("Primitive", True), outer
 
 
+#: per-kernel results within one :func:`inline_producers` run (kernels are immutable and hash by identity)
+_MEMO: dict = {}
+
+
+def _memo(kind: str, func, compute):
+    key = (kind, func)
+    if key not in _MEMO:
+        _MEMO[key] = compute(func)
+    return _MEMO[key]
+
+
 def _inlined(func) -> tuple:
     """(func with its non-reduction internal stages inlined, its workspace bytes after compaction)."""
-    g, _ = shrink_func(func, epilogues=False)
-    return g, compacted_workspace_bytes(g)
+    def compute(f):
+        g, _ = shrink_func(f, epilogues=False)
+        return g, compacted_workspace_bytes(g)
+    return _memo("inlined", func, compute)
 
 
 def _computed_once(func) -> bool:
@@ -513,6 +530,14 @@ def inline_producers(mod, function: str = "main", rounds: int = 4, *, bands: boo
     if function not in [gv.name_hint for gv in mod.get_global_vars()] \
             or not isinstance(mod[function], relax.Function) or not isinstance(mod[function].body, relax.SeqExpr):
         return mod, []
+    _MEMO.clear()
+    try:
+        return _inline_producers(mod, function, rounds, bands, band_share, max_recompute)
+    finally:
+        _MEMO.clear()
+
+
+def _inline_producers(mod, function, rounds, bands, band_share, max_recompute):
     merged_all, exclude = [], []
     for _ in range(rounds):
         new, merged, refused = _merge_once(mod, function, exclude)
