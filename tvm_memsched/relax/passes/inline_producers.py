@@ -553,7 +553,7 @@ def _inline_producers(mod, function, rounds, bands, band_share, max_recompute):
         merged_all += merged
     if bands:
         exclude = []
-        for _ in range(2):     # once more without the chains TVM or the band refused
+        while True:            # again without the chains TVM or the band refused, until none is refused
             new, merged, refused = _merge_once(mod, function, exclude, (band_share, max_recompute))
             if not refused:
                 if merged:
