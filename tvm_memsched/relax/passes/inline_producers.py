@@ -432,12 +432,41 @@ def _band_trial(base, c_name, keep, p_name, early, n_loop, rows):
             _, sch, at = trials[0] if trials[0][0] <= trials[-1][0] else trials[-1]
         else:
             sch.compute_at(sch.get_sblock(p_name), band, preserve_unit_loops=True)
-            at = attach_loop(sch, sch.get_sblock(p_name))
-        for name in early:                       # where P is computed, before it: once per point of P's input
-            sch.compute_at(sch.get_sblock(name), at, preserve_unit_loops=True)
+            at = None
+        if early:
+            sch = _place_early(sch, p_name, early, at)
     except Exception:  # noqa: BLE001 - a step TVM refuses: no band here
         return None
     return sch
+
+
+def _place_early(sch, p_name, early, at):
+    """``sch`` with ``P``'s producer stages computed under ``P``'s loops: at ``at`` when given (where ``P``
+    itself is computed per pixel), else at the innermost of ``P``'s spatial loops where each runs at most
+    :data:`MAX_PADDED` times its points (one pixel's channels, not once per output channel)."""
+    if at is not None:
+        for name in early:
+            sch.compute_at(sch.get_sblock(name), at, preserve_unit_loops=True)
+        return sch
+    loops = list(sch.get_loops(sch.get_sblock(p_name)))
+    inner = attach_loop(sch, sch.get_sblock(p_name))
+    last = next(n for n, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(inner)))
+    best = None
+    for n in range(last, -1, -1):
+        trial = sch.copy()
+        try:
+            for name in early:
+                trial.compute_at(trial.get_sblock(name), trial.get_loops(trial.get_sblock(p_name))[n],
+                                 preserve_unit_loops=True)
+        except Exception:  # noqa: BLE001 - not a loop this stage can go under
+            continue
+        best = best or trial
+        if all(executions(trial, trial.get_sblock(name)) <= MAX_PADDED * (instances(trial.get(
+                trial.get_sblock(name))) or 0) for name in early):
+            return trial
+    if best is None:
+        raise ValueError("no loop of the producer takes its producers")
+    return best
 
 
 def _merge_once(mod, function: str, exclude: list, bands=None):
