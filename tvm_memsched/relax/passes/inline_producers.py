@@ -123,32 +123,25 @@ def _elementwise(func) -> bool:
 
 def _is_elementwise(func) -> bool:
     """Element-wise or broadcast: as TVM's op pattern classifies the kernel, or, for a kernel FuseTIR wrote
-    (no pattern), one whose every block is spatial, stores at its own iteration point and reads tensors of
-    the output's rank only at that point (lower-rank operands are broadcast)."""
+    (no pattern), one that once its internal stages are inlined has no workspace left and whose every block is
+    spatial and stores at its own iteration point. The loads are not inspected: a kernel that reads its input
+    elsewhere (a transpose) passes, which costs at most speed, since every merge uses TVM's own schedule
+    primitives and the once-per-element and recompute checks below."""
     attrs = func.attrs
     if attrs is not None and "op_pattern" in attrs:
         return int(attrs["op_pattern"]) <= 1
     func = _inlined(func)[0]
-    blocks = []
-    walk_stmts(func.body, lambda st: blocks.append(st)
-               if isinstance(st, s_tir.SBlock) and st.name_hint != "root" else None)
+    blocks = _blocks_of(func)
     if not blocks or internal_allocations(func):
         return False
     for block in blocks:
         if any(int(iv.iter_type) != 0 for iv in block.iter_vars) or block.init is not None:
             return False
         point = [iv.var for iv in block.iter_vars]
-        rank = len(point)
-        bad = []
-
-        def visit(st):
-            if isinstance(st, (tirx.BufferStore, tvm.ir.TensorLoad)) and len(st.indices) == rank:
-                if not all(isinstance(i, tvm.ir.Var) and i.same_as(v) for i, v in zip(st.indices, point)):
-                    bad.append(st)
-            elif isinstance(st, tirx.BufferStore):
-                bad.append(st)
-        walk_stmts(block.body, visit)
-        if bad:
+        stores = []
+        walk_stmts(block.body, lambda st: stores.append(st) if isinstance(st, tirx.BufferStore) else None)
+        if any(len(st.indices) != len(point) or not all(isinstance(i, tvm.ir.Var) and i.same_as(v)
+                                                          for i, v in zip(st.indices, point)) for st in stores):
             return False
     return True
 
@@ -193,10 +186,7 @@ def _producers(mod, block, uses, exclude) -> dict:
 
 def _reduction(func) -> bool:
     """True when a block of ``func`` reduces (a convolution, a pooling, a matrix product)."""
-    found = []
-    walk_stmts(func.body, lambda st: found.append(st) if isinstance(st, s_tir.SBlock)
-               and any(int(iv.iter_type) != 0 for iv in st.iter_vars) else None)
-    return bool(found)
+    return any(any(int(iv.iter_type) != 0 for iv in b.iter_vars) for b in _blocks_of(func))
 
 
 def _kernel(mod, value):
@@ -319,11 +309,8 @@ def _computed_once(func) -> bool:
     """True when every stage of ``func`` that writes its workspace runs each point of its domain once."""
     sch = s_tir.Schedule(func)
     internal = {name for name, scope, _ in internal_allocations(func) if scope in ("global", "")}
-    names = []
-    walk_stmts(func.body, lambda st: names.append(st.name_hint)
-               if isinstance(st, s_tir.SBlock) and st.name_hint != "root" else None)
-    for name in names:
-        blk = sch.get_sblock(name)
+    for b in _blocks_of(func):
+        blk = sch.get_sblock(b.name_hint)
         block = sch.get(blk)
         if len(block.writes) == 1 and block.writes[0].source.name in internal \
                 and not runs_each_instance_once(sch, blk):
@@ -341,6 +328,7 @@ def _banded(func) -> tuple:
 
 
 def _blocks_of(func) -> list:
+    """The blocks of ``func`` but its root, in program order."""
     out = []
     walk_stmts(func.body, lambda st: out.append(st) if isinstance(st, s_tir.SBlock) and st.name_hint != "root"
                else None)
