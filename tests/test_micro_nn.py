@@ -932,6 +932,78 @@ def test_library_quantization_params_equal_the_tir_kernel(lib, asymmetric):
     assert np.array_equal(got.view(np.uint32), want.numpy().view(np.uint32))
 
 
+def _litert_zero_points(fmin, fmax):
+    """AsymmetricQuantizeFloats' zero point of each range, in numpy's double precision (its steps exactly)."""
+    span = (fmax - fmin).astype(np.float64)               # the float difference, widened
+    scale = span / 255.0
+    lo, hi = fmin.astype(np.float64) / scale, fmax.astype(np.float64) / scale
+    zpd = np.where(128.0 + np.abs(lo) < 127.0 + np.abs(hi), -128.0 - lo, 127.0 - hi)
+    t = np.trunc(zpd)
+    r = t + np.where(zpd - t >= 0.5, 1.0, np.where(zpd - t <= -0.5, -1.0, 0.0))
+    return np.where(zpd <= -128.0, -128.0, np.where(zpd >= 127.0, 127.0, r)).astype(np.float32)
+
+
+def test_library_zero_points_equal_double_precision_without_doubles(lib):
+    """The microcontroller library finds the asymmetric zero point in integers (the board has no double
+    precision FPU). On 400,000 ranges, a quarter of them with the zero point a few ulps from a half, its scale
+    and zero point equal AsymmetricQuantizeFloats' in double precision, and the library links no double
+    routine."""
+    rng = np.random.default_rng(5)
+    n = 100_000
+    finite = lambda u: (u & np.uint32(0x7F7FFFFF)).view(np.float32)       # noqa: E731
+    u = rng.integers(0, 2**32, (4, n), dtype=np.uint64).astype(np.uint32)
+    k = rng.integers(0, 256, n)
+    span = ((u[3] & np.uint32(0x7FFFFF)) | ((100 + (u[3] >> 25)) << 23).astype(np.uint32)).view(np.float32)
+    near = (-(k + 0.5) / 255.0 * span.astype(np.float64)).astype(np.float32)
+    nudge = lambda f: (f.view(np.uint32) + rng.integers(-2, 3, n).astype(np.uint32)).view(np.float32)  # noqa: E731
+    fmin = np.concatenate([-np.abs(finite(u[0])), nudge(near), -finite(u[2]), np.zeros(n, np.float32)])
+    fmax = np.concatenate([np.abs(finite(u[1])), nudge(span + near), finite(u[2]), finite(u[1])])
+    assert fmin.dtype == fmax.dtype == np.float32
+    fmin, fmax = np.minimum(fmin, 0).astype(np.float32), np.maximum(fmax, 0).astype(np.float32)
+    with np.errstate(over="ignore"):                      # a range of two huge ends overflows: left out
+        keep = np.isfinite(fmax - fmin) & (fmax - fmin > 0)
+    fmin, fmax = fmin[keep], fmax[keep]
+    x = np.stack([fmin, fmax], axis=1)
+    got = np.zeros((len(x), 3), np.float32)
+    lib.tms_quant_params_f32(ctypes.c_uint32(len(x)), ctypes.c_uint32(2), ctypes.c_int32(1), ptr(x), ptr(got))
+    want_scale = ((fmax - fmin).astype(np.float64) / 255.0).astype(np.float32)
+    assert np.array_equal(got[:, 0].view(np.uint32), want_scale.view(np.uint32))
+    want = _litert_zero_points(fmin, fmax)
+    assert len(x) > 390_000 and np.array_equal(got[:, 2], want), np.flatnonzero(got[:, 2] != want)[:10]
+
+
+def test_every_double_step_of_the_zero_point_is_emulated_exactly(tmp_path):
+    """tests/native/double_emulation.c: each double operation the library emulates in integers (the scale,
+    |lo| and |hi|, the sums compared, both candidate zero points) equals the double operation, on 2 million
+    ranges of every kind."""
+    exe = tmp_path / "double_emulation"
+    subprocess.run([host_cc(), "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME}",
+                    os.path.join(os.path.dirname(__file__), "native", "double_emulation.c"), "-o", str(exe), "-lm"],
+                   check=True)
+    r = subprocess.run([str(exe), "2000000"], capture_output=True, text=True)
+    assert r.returncode == 0 and "0 zero points and 0 steps differ" in r.stdout, r.stdout
+
+
+def test_the_library_needs_no_double_precision_routine(tmp_path):
+    """Built for every board, the library calls none of the compiler's double precision routines (2.9 KB of
+    flash that a hybrid model's quantization pulled in before)."""
+    from tvm_memsched.micro.boards import BOARDS
+    from tvm_memsched.micro.toolchain import find_tool
+
+    try:
+        cc, nm = find_tool("arm-none-eabi-gcc"), find_tool("arm-none-eabi-nm")
+    except Exception:
+        pytest.skip("no arm-none-eabi-gcc")
+    (tmp_path / "tms_nn_config.h").write_text("")
+    for board in {tuple(b.cflags()): b for b in BOARDS.values()}.values():     # one build per set of flags
+        obj = tmp_path / f"{board.name}.o"
+        subprocess.run([cc, *board.cflags(), "-O2", "-std=c11", f"-I{tmp_path}", "-c",
+                        os.path.join(RUNTIME, "tms_nn.c"), "-o", str(obj)], check=True)
+        undefined = subprocess.run([nm, "-u", str(obj)], capture_output=True, text=True, check=True).stdout.split()
+        assert not [u for u in undefined if u.startswith("__aeabi_d") or u.endswith("df2") or u.endswith("df3")], \
+            (board.name, undefined)
+
+
 def _variant_lib(tmp_path, config: dict, flags=()):
     d = tmp_path / "_".join(f"{k[7:]}{v}" for k, v in config.items())
     d.mkdir()

@@ -1230,10 +1230,95 @@ TMS_INLINE float tms_half(uint16_t h) {
 }
 
 /* ------------------------------------------------------------------ dynamic-range quantization */
-/* C's round() for |v| < 2^31, as the TIR kernel writes it: the integer part by a cast, then the halves */
-static double round_away(double v) {
-  const double t = (double)(int32_t)v, f = v - t;
-  return t + (f >= 0.5 ? 1.0 : (f <= -0.5 ? -1.0 : 0.0));
+/* LiteRT's AsymmetricQuantizeFloats finds the zero point in double precision. This FPU has single precision
+ * only, and the compiler's soft-float double routines take 2.9 KB of flash, so the few double operations it
+ * needs are done here exactly, in integers (tests/native/double_emulation.c checks each against the double
+ * operation): a double is m * 2^e with m in [2^52, 2^53), rounded to nearest, ties to even, at every step as
+ * the double operation rounds; sums and differences in fixed point. Every value involved is normal: the
+ * quotients lie between 2^-300 and 2^9. */
+__attribute__((noinline)) static uint64_t dbl_of(float f, int32_t* e) {  /* |f| = m * 2^e; f finite, nonzero */
+  union {
+    float f;
+    uint32_t u;
+  } v = {f};
+  uint32_t man = v.u & 0x7fffffu;
+  const uint32_t ex = (v.u >> 23) & 0xffu;
+  if (ex) man |= 0x800000u;
+  const int s = __builtin_clz(man) - 8;  /* a subnormal's bits moved up to 24 */
+  *e = (ex ? (int32_t)ex - 150 : -149) - s - 29;
+  return (uint64_t)(man << s) << 29;
+}
+
+/* a / b rounded to 53 bits, by long division, for a and b in [2^52, 2^53): the quotient's m; its exponent
+ * is added to *e */
+__attribute__((noinline)) static uint64_t dbl_div(uint64_t a, uint64_t b, int32_t* e) {
+  uint64_t q = 0;
+  *e -= 52;
+  if (a < b) a <<= 1, --*e;
+  for (int i = 0; i < 53; ++i) {
+    q <<= 1;
+    if (a >= b) a -= b, q |= 1u;
+    a <<= 1;                             /* a < 2 b < 2^54 */
+  }
+  if (a > b || (a == b && (q & 1u))) {   /* twice the remainder against the divisor: above half, or a tie */
+    if (++q >> 53) q >>= 1, ++*e;
+  }
+  return q;
+}
+
+/* |f| / (m * 2^e) in fixed point, units of 2^-55: floor(quotient * 2^55), exact for quotients from 2^-2 up
+ * to 2^9 */
+__attribute__((noinline)) static uint64_t quotient_fx(float f, uint64_t m, int32_t e) {
+  int32_t s;
+  const uint64_t a = dbl_of(f, &s);
+  s -= e;
+  const uint64_t q = dbl_div(a, m, &s);
+  s += 55;
+  return s >= 0 ? q << s : (s > -64 ? q >> -s : 0);
+}
+
+/* A fixed-point sum or difference rounded to 53 significant bits, as the double operation rounds it. Values
+ * under 2^-2 (where 53 bits reach below the unit) come only from differences of close numbers, which are
+ * exact (Sterbenz), and are returned as they are. */
+__attribute__((noinline)) static uint64_t fx_round53(uint64_t x) {
+  if (x >> 53 == 0) return x;
+  const int k = 63 - __builtin_clzll(x) - 52;
+  const uint64_t low = x & ((1ull << k) - 1u), half = 1ull << (k - 1);
+  x -= low;
+  if (low > half || (low == half && ((x >> k) & 1u))) x += 1ull << k;
+  return x;
+}
+
+/* LiteRT's zero point for the range [fmin, fmax] (fmin <= 0 <= fmax, not both 0), as
+ * AsymmetricQuantizeFloats finds it in double precision:
+ *   scale = (fmax - fmin) / 255;  lo = fmin / scale;  hi = fmax / scale;
+ *   zp = 128 + |lo| < 127 + |hi| ? -128 - lo : 127 - hi, clamped to [-128, 127] and rounded half away.
+ * |lo| and |hi| are exact in fixed point from 2^-2 up. Below, the bits they lose change no zero point: with
+ * |lo| < 2^-2 the sums compared are about 128 and 382, and -128 - lo rounds to -128 however it is rounded
+ * (the same for |hi| < 2^-2: 127 - hi rounds to 127).
+ * An infinite range (whose scale is infinite, so every input quantizes to the zero point) gives 127, as in
+ * double precision when the range's ends are finite. */
+__attribute__((noinline)) static int32_t asymmetric_zero_point(float fmin, float fmax) {
+  static const uint64_t c127 = 127ull << 55, c128 = 128ull << 55;
+  if (!(fmax - fmin <= __FLT_MAX__)) return 127;
+  int32_t e;
+  uint64_t m = dbl_of(fmax - fmin, &e);
+  e += 45;
+  m = dbl_div(m, 255ull << 45, &e);                               /* scale = m * 2^e */
+  const uint64_t lo = fmin < 0.0f ? quotient_fx(fmin, m, e) : 0;   /* |lo| */
+  const uint64_t hi = fmax > 0.0f ? quotient_fx(fmax, m, e) : 0;
+  int negative;
+  uint64_t zp;
+  if (fx_round53(c128 + lo) < fx_round53(c127 + hi)) {     /* -128 - lo = |lo| - 128 */
+    negative = lo < c128;
+    zp = fx_round53(negative ? c128 - lo : lo - c128);
+  } else {
+    negative = hi > c127;
+    zp = fx_round53(negative ? hi - c127 : c127 - hi);
+  }
+  if (zp >= (negative ? c128 : c127)) return negative ? -128 : 127;
+  const int32_t r = (int32_t)(zp >> 55) + (int32_t)((zp >> 54) & 1u);    /* rounded half away from zero */
+  return negative ? -r : r;
 }
 
 void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, const float* x, float* y) {
@@ -1243,19 +1328,16 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
       mn = x[i] < mn ? x[i] : mn;
       mx = x[i] > mx ? x[i] : mx;
     }
-    if (asymmetric) { /* LiteRT's AsymmetricQuantizeFloats: the range widened to 0, in double */
+    if (asymmetric) { /* LiteRT's AsymmetricQuantizeFloats: the range widened to 0 */
       const float fmin = mn < 0.0f ? mn : 0.0f, fmax = mx > 0.0f ? mx : 0.0f;
-      const double span = (double)(fmax - fmin);
-      if (span == 0.0) {
+      if (fmax - fmin == 0.0f) {
         y[0] = 1.0f, y[1] = 0.0f, y[2] = 0.0f;
         continue;
       }
-      const double scale = span / 255.0, lo = (double)fmin / scale, hi = (double)fmax / scale;
-      const double lo_abs = lo < 0.0 ? -lo : lo, hi_abs = hi < 0.0 ? -hi : hi;
-      const double zpd = 128.0 + lo_abs < 127.0 + hi_abs ? -128.0 - lo : 127.0 - hi;
-      const double zp = zpd <= -128.0 ? -128.0 : (zpd >= 127.0 ? 127.0 : round_away(zpd));
-      const float s32 = (float)scale;
-      y[0] = s32, y[1] = 1.0f / s32, y[2] = (float)zp;
+      /* (float)((double)span / 255.0) is span / 255.0f: a double quotient rounded to float is the float
+       * quotient (53 >= 2 * 24 + 1 bits) */
+      const float s32 = (fmax - fmin) / 255.0f;
+      y[0] = s32, y[1] = 1.0f / s32, y[2] = (float)asymmetric_zero_point(fmin, fmax);
     } else { /* SymmetricQuantizeFloats: max|x| / 127 */
       const float amn = mn < 0.0f ? -mn : mn, amx = mx < 0.0f ? -mx : mx;
       const float rng = amn > amx ? amn : amx;
