@@ -167,10 +167,11 @@ class OperatorConverter(_TVMConverter):
                                                  f"do not fit input {x_shape}")
             _check_hybrid_weights(name, w_t, w, scale, quant, bias, w.shape[0], 0)
             rows = [int(np.prod(x_shape)) // w.shape[1], w.shape[1]]
-            y = hybrid_dense(self.bb, relax.op.reshape(x, rows), rows, w, scale, bias, lo, hi,
-                             asymmetric=bool(o.AsymmetricQuantizeInputs()))
+            # no reshape where the shape stays (a reshape of the function's result would stay a copy kernel)
+            y = hybrid_dense(self.bb, x if list(x_shape) == rows else relax.op.reshape(x, rows), rows, w, scale,
+                             bias, lo, hi, asymmetric=bool(o.AsymmetricQuantizeInputs()))
             out_shape = [int(d) for d in self.get_tensor_shape(out_t)]
-            return relax.op.reshape(y, out_shape)
+            return y if out_shape == [rows[0], w.shape[0]] else relax.op.reshape(y, out_shape)
         depthwise = name == "DEPTHWISE_CONV_2D"
         o = DepthwiseConv2DOptions() if depthwise else Conv2DOptions()
         o.Init(opt.Bytes, opt.Pos)
