@@ -767,7 +767,7 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0):
         shared[y_in_x // 4:y_in_x // 4 + x.size] = x.reshape(-1)
         xa, y = shared[y_in_x // 4:], shared
     packed = aligned(w.reshape(-1) if op == "hybrid_depthwise_conv2d" else nn.pack_weights(w))
-    table = aligned(nn.hybrid_table(d, w, scales, bias))
+    table = aligned(nn.hybrid_table(d, scales, bias))
     scratch = np.zeros(nn.hybrid_scratch_bytes(d) // 4 + 2, np.float32)     # parameters, then windows / row
     x_shape = d["x"]
     batches = math.prod(x_shape[:-1]) if op == "hybrid_dense" else x_shape[0]
@@ -1084,7 +1084,13 @@ def test_the_export_compiles_only_the_variants_its_calls_reach(spec, tmp_path):
                                   "TMS_NN_FMA_ON": str(int(any(int(f) & 16 for f in fma)))}
     else:
         once = set(re.findall(r"hybrid_depthwise_conv2d\w*\(.*, (\d)\) \*/", open(exp.files["source"]).read()))
-        assert once and macros == {"TMS_NN_HDW_TAPS": str(int("0" in once)), "TMS_NN_HDW_ONCE": str(int("1" in once))}
+        dw = [k for k in exp.program.kernels.library.values() if k.op == "hybrid_depthwise_conv2d"]
+        flags = set(re.findall(r"_params = \{.*\.flags = (\d+)", source))      # TMS_F_ASYM: 64
+        assert once and dw and macros == {
+            "TMS_NN_HDW_TAPS": str(int("0" in once)), "TMS_NN_HDW_ONCE": str(int("1" in once)),
+            "TMS_NN_HDW_REST": str(int(any(k.desc["x"][-1] % 4 for k in dw))),
+            "TMS_NN_HYBRID_SYM": str(int(any(not int(f) & 64 for f in flags))),
+            "TMS_NN_HYBRID_ASYM": str(int(any(int(f) & 64 for f in flags)))}
     r = micro.run_host(exp)
     assert r.ok and r.max_abs_err == 0, r.summary()
 
@@ -1105,41 +1111,65 @@ def test_a_library_with_one_hybrid_depthwise_variant_computes_the_same(config, t
         assert np.array_equal(kept, x) == (not config["TMS_NN_HDW_ONCE"]) or not x.any(), case
 
 
+@pytest.mark.parametrize("config", [{"TMS_NN_HYBRID_SYM": 0, "TMS_NN_HYBRID_ASYM": 1},
+                                    {"TMS_NN_HYBRID_SYM": 1, "TMS_NN_HYBRID_ASYM": 0},
+                                    {"TMS_NN_HDW_REST": 0}], ids=["asymmetric", "symmetric", "blocks-of-four"])
+def test_a_library_for_one_quantization_or_whole_channel_blocks_computes_the_same(config, tmp_path):
+    """Compiled for asymmetric or symmetric quantization only, or for depthwise channels in whole blocks of
+    four only (tms_nn_config.h), the library computes the TIR kernels' outputs bit for bit on the calls it was
+    compiled for, and leaves out what it does not need (the zero point's integer arithmetic)."""
+    from tvm_memsched.relax.int8.kernels import description
+
+    lib, syms = _variant_lib(tmp_path, config)
+    assert ("asymmetric_zero_point" in syms) == bool(config.get("TMS_NN_HYBRID_ASYM", 1))
+    rng = np.random.default_rng(23)
+    for op in nn.HYBRID_OPS:
+        done = 0
+        while done < 6:
+            f, x, w, scales, bias = hybrid_case(rng, op)
+            d = description(f)
+            if "TMS_NN_HYBRID_ASYM" in config and bool(d["asymmetric"]) != bool(config["TMS_NN_HYBRID_ASYM"]):
+                continue
+            if "TMS_NN_HDW_REST" in config and op == "hybrid_depthwise_conv2d" and d["x"][-1] % 4:
+                continue
+            want = hybrid_tir(f, x, w, scales, bias)
+            got = hybrid_lib(lib, f, x.copy(), w, scales, bias)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (op, d)
+            done += 1
+
+
 @pytest.mark.parametrize("io_in_arena", [True, False], ids=["io-in-arena", "caller-buffers"])
 def test_library_calls_take_data_pointers_where_they_are_known(io_in_arena, tmp_path):
-    """model.c passes the library's kernels the data pointers themselves (kTVMFFIOpaquePtr: no DLTensor in
-    flash) where they are known when the model is generated, and DLTensors over the caller's buffers where they
-    are not; both run bit-identical to TVM's build on the host."""
+    """model.c passes the library's kernels arrays of the data pointers themselves (4 bytes an argument, no
+    DLTensor), in flash where every pointer is known when the model is generated, else in RAM with the
+    pointers to the caller's buffers set by model_run; TVM's kernels get TVMFFIAny arrays. Both run
+    bit-identical to TVM's build on the host."""
     from tvm_memsched import micro, zoo
     from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
     exp = micro.export(from_tflite_bytes(zoo.tflite("ds_cnn", "int8")), "mps2-an386", str(tmp_path),
                        measure=False, kernels="fast", io_in_arena=io_in_arena)
     source = open(exp.files["source"]).read()
-    library = {n for n, op in exp.library_kernels.items()}
+    library = {exp.program.kernels.symbols[n] for n in exp.library_kernels}
     calls = re.findall(r"\{__tvm_ffi_(\w+), (\w+), (\d+)u,", source)
-    assert calls
-    library_kinds = set()
+    assert calls and library
+    patched = set()
     for sym, args, _ in calls:
-        kernel = next(n for n in exp.program.kernels.symbols if exp.program.kernels.symbols[n] == sym)
-        block = re.search(rf"{args}\[\d+\] = \{{(.*?)\}};", source, re.S).group(1)
-        kinds = set(re.findall(r"type_index = (\w+)", block))
-        if kernel not in library:
-            assert "kTVMFFIOpaquePtr" not in kinds
-        elif io_in_arena:
-            assert kinds == {"kTVMFFIOpaquePtr"}, (kernel, kinds)
-        else:
-            library_kinds.add(frozenset(kinds))
+        decl = re.search(rf"static (void\* (?:const )?|const TVMFFIAny ){args}\[\d+\] = \{{(.*?)\}};", source, re.S)
+        if sym not in library:
+            assert decl.group(1) == "const TVMFFIAny ", (sym, decl.group(1))
+            continue
+        assert "type_index" not in decl.group(2) and "DLTensor" not in decl.group(2)
+        sets = re.findall(rf"  {args}\[(\d+)\] = ", source)
+        assert (decl.group(1) == "void* const ") == (not sets), (args, decl.group(1), sets)
+        patched |= {args} if sets else set()
+    # with the caller's buffers, the first and last library calls read / write them through patched pointers
+    assert bool(patched) == (not io_in_arena), patched
     if io_in_arena:      # every DLTensor left in flash is an argument of one of TVM's kernels (here: MEAN)
         defined = set(re.findall(r"static const DLTensor (\w+) =", source))
-        tvm_args = {args for sym, args, _ in calls
-                    if sym not in {exp.program.kernels.symbols[n] for n in library}}
+        tvm_args = {args for sym, args, _ in calls if sym not in library}
         used = {t for a in tvm_args for t in re.findall(
             r"&(\w+)\}", re.search(rf"{a}\[\d+\] = \{{(.*?)\}};", source, re.S).group(1))}
         assert defined and defined == used, (defined, used)
-    else:                # the calls that read or write the caller's buffers take DLTensors, the others pointers
-        assert "_io[" in source
-        assert frozenset({"kTVMFFIOpaquePtr"}) in library_kinds
-        assert any("kTVMFFIDLTensorPtr" in k for k in library_kinds)
     r = micro.run_host(exp)
     assert r.ok and r.max_abs_err == 0, r.summary()

@@ -11,10 +11,11 @@ translated as follows:
   ``arena + region + offset`` (``ensure_zero_offset`` is the same tensor);
 * a call to a PrimFunc: a kernel call, in program order, with its arguments in
   a ``const TVMFFIAny`` array (``DLTensor*`` with type index
-  ``kTVMFFIDLTensorPtr``, scalars as ints/floats; a call of the microkernel
-  library, which reads only the data of its tensors, gets the data pointers
-  themselves, ``kTVMFFIOpaquePtr``, where they are known when the model is
-  generated: no DLTensor in flash); before the call the runtime's
+  ``kTVMFFIDLTensorPtr``, scalars as ints/floats); a call of the microkernel
+  library, which reads only the data of its tensors, gets an array of the
+  data pointers themselves (integers as pointer-sized values): no DLTensor
+  and 4 bytes an argument in flash, or in RAM with the pointers to the
+  caller's buffers set by ``<prefix>_run``; before the call the runtime's
   workspace is pointed at the region planned for that call;
 * ``R.reshape`` / ``R.memory.view`` / var aliases / match-casts: the same
   memory with a new shape; tuples and tuple items: structure;
@@ -252,6 +253,25 @@ class CProgram:
     def max_workspace(self) -> int:
         return max([c.workspace_bytes for c in self.calls] or [0])
 
+    def _library_args(self, k: int, call, caller: dict, patches: list) -> tuple[list[str], bool]:
+        """A library call's arguments as C ``void*`` expressions: the tensors' data (NULL for a caller's buffer,
+        which ``<p>_run`` sets: added to ``patches``), integers as pointer-sized values; and whether any is
+        set at run time."""
+        entries = []
+        for j, a in enumerate(call.args):
+            if isinstance(a, Tensor):
+                t = self._resolve(a)
+                if t.base[0] in caller:
+                    patches.append((k, j, t))
+                    entries.append("NULL")
+                else:
+                    entries.append(f"(void*)({self._data_expr(t)})")
+            elif a[0] == "int":
+                entries.append(f"(void*)(intptr_t){int(a[1])}")
+            else:
+                raise UnsupportedError(f"kernel {call.kernel}: the microkernel library takes no float arguments")
+        return entries, any(kk == k for kk, _, _ in patches)
+
     # ------------------------------------------------------------------ model.c
     def source(self) -> str:
         p, P = self.prefix, self.upper
@@ -282,24 +302,22 @@ class CProgram:
                     f".dtype = {{{code}, {dt.bits}, 1}}, .shape = {shape}, .strides = NULL, .byte_offset = 0}}")
 
         # DLTensors over caller buffers first, in a stable order (inputs, then outputs, by index)
-        used = [self._resolve(a) for c in self.calls for a in c.args if isinstance(a, Tensor)]
+        library = getattr(self.kernels, "library", {})
+        used = [self._resolve(a) for c in self.calls if c.kernel not in library for a in c.args
+                if isinstance(a, Tensor)]
         order = {"input": 0, "output": 1}
         for t in sorted({t for t in used if t.base[0] in order},
                         key=lambda t: (order[t.base[0]], t.base[1], t.offset, t.shape, t.dtype)):
             dynamic[t] = len(dynamic)
         arg_arrays = []
-        library = getattr(self.kernels, "library", {})
+        patches = []            # (call, argument, tensor over a caller buffer): <p>_run sets the pointer
         for k, call in enumerate(self.calls):
             entries = []
-            # the library's kernels read only the data of a tensor: where it is known at compile time, the
-            # argument is that pointer (no DLTensor in flash)
-            direct = call.kernel in library and not any(
-                isinstance(a, Tensor) and self._resolve(a).base[0] in order for a in call.args)
+            if call.kernel in library:
+                arg_arrays.append(self._library_args(k, call, order, patches))
+                continue
             for a in call.args:
-                if isinstance(a, Tensor) and direct:
-                    data = self._data_expr(self._resolve(a))
-                    entries.append(f"{{.type_index = kTVMFFIOpaquePtr, .v_ptr = (void*)({data})}}")
-                elif isinstance(a, Tensor):
+                if isinstance(a, Tensor):
                     entries.append(f"{{.type_index = kTVMFFIDLTensorPtr, .v_ptr = (void*){tensor_ref(a)}}}")
                 elif a[0] == "int":
                     entries.append(f"{{.type_index = kTVMFFIInt, .v_int64 = {int(a[1])}}}")
@@ -315,9 +333,8 @@ class CProgram:
                 "#include <tvm/ffi/c_api.h> /* TVMFFIAny, DLTensor */", "",
                 f'#include "{p}.h"', '#include "tvm_memsched_rt.h"', "",
                 f"/* kernels ({p}_kernels.c), TVM's packed calling convention */"]
-        for name in sorted({c.kernel for c in self.calls}):
-            out.append(f"int32_t __tvm_ffi_{self.kernels.symbols[name]}(void* self, void* args, int32_t num_args, "
-                       "void* result);")
+        for sym in sorted({self.kernels.symbols[c.kernel] for c in self.calls}):
+            out.append(f"int32_t __tvm_ffi_{sym}(void* self, void* args, int32_t num_args, void* result);")
         if self.params:
             out += ["", f"/* constants ({p}_params.c, in flash) */"]
             for i, arr in enumerate(self.params):
@@ -360,11 +377,16 @@ class CProgram:
             for t, i in dynamic.items():
                 out.append(f"    {dltensor(t, 'NULL')}, /* {t.base[0]} {t.base[1]} */")
             out.append("};")
-        out += ["", "/* kernel arguments */"]
+        out += ["", "/* kernel arguments: TVM's kernels take TVMFFIAny, the library's the data pointers (and integers)",
+                " * themselves, no DLTensor */"]
         for k, entries in enumerate(arg_arrays):
             if not entries:
                 continue
-            out.append(f"static const TVMFFIAny {p}_args_{k}[{len(entries)}] = {{")
+            if isinstance(entries, tuple):          # a library call's pointers; in RAM when <p>_run sets some
+                entries, patched = entries
+                out.append(f"static void* {'' if patched else 'const '}{p}_args_{k}[{len(entries)}] = {{")
+            else:
+                out.append(f"static const TVMFFIAny {p}_args_{k}[{len(entries)}] = {{")
             out += [f"    {e}," for e in entries]
             out.append("};")
         # info tables
@@ -406,6 +428,8 @@ class CProgram:
         out.append('  tvm_memsched_set_error("");')
         for t, i in dynamic.items():
             out.append(f"  {p}_io[{i}].data = {self._data_expr(t)};")
+        for k, j, t in patches:
+            out.append(f"  {p}_args_{k}[{j}] = {self._data_expr(t)};")
         if self.calls:
             out += [f"  for (int k = 0; k < {P}_NUM_KERNEL_CALLS; ++k) {{",
                     f"    int rc = {p}_call(k);",
@@ -436,7 +460,7 @@ class CProgram:
         """The kernel calls as a table in flash (kernel, arguments, workspace region) and ``<p>_call(k)``."""
         p, P = self.prefix, self.upper
         out = ["typedef int32_t (*tvm_memsched_kernel_fn)(void* self, void* args, int32_t num_args, void* result);",
-               "typedef struct {", "  tvm_memsched_kernel_fn fn;", "  const TVMFFIAny* args;", "  uint32_t num_args;",
+               "typedef struct {", "  tvm_memsched_kernel_fn fn;", "  const void* args;", "  uint32_t num_args;",
                "  uint32_t workspace_offset;", "  uint32_t workspace_bytes;", f"}} {p}_call_t;", "",
                "/* the kernel calls in the scheduled order: kernel, arguments, workspace region in the arena */",
                f"static const {p}_call_t {p}_calls[{P}_NUM_KERNEL_CALLS] = {{"]

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..core.errors import UnsupportedError
+from .nn import workspace_events
 
 __all__ = ["KernelModule", "compile_kernels", "c_identifier", "workspace_requests", "workspace_need",
            "workspace_align", "SUPPORTED_DTYPES"]
@@ -176,14 +177,30 @@ _LIBRARY_PART = """
 #include "tvm/runtime/c_backend_api.h"
 #include "tvm/ffi/c_api.h"
 #include "tms_nn.h"
+#include "tvm_memsched_rt.h" /* tvm_memsched_workspace */
 
-/* an argument's data: model.c passes the data pointer itself where it is known when the model is generated
- * (kTVMFFIOpaquePtr: no DLTensor in flash), else a DLTensor */
-static void* tms_arg(void* args, int i) {
-  const TVMFFIAny* a = (const TVMFFIAny*)args + i;
-  return a->type_index == kTVMFFIDLTensorPtr ? ((DLTensor*)a->v_ptr)->data : a->v_ptr;
-}
+/* argument i: model.c passes the library's kernels an array of the data pointers themselves (integers as
+ * pointer-sized values), not TVMFFIAny */
+static void* tms_arg(void* args, int i) { return ((void* const*)args)[i]; }
 """
+
+
+def _library_wrappers(library: dict, names, symbols: dict) -> list[str]:
+    """The library kernels' C functions, one per distinct function: a kernel whose wrapper would equal an
+    earlier one's (the same operator and shapes, as TVM writes one PrimFunc per call site) calls that one,
+    and ``symbols`` is changed to say so."""
+    shared, out = {}, []
+    for n in names:
+        if n not in library:
+            continue
+        text = library[n].wrapper(symbols[n])
+        key = text.split("\n", 1)[1].replace(symbols[n], "\0")      # without the comment naming the kernel
+        if key in shared:
+            symbols[n] = shared[key]
+        else:
+            shared[key] = symbols[n]
+            out.append(text)
+    return out
 
 
 def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> KernelModule:
@@ -226,10 +243,11 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
                                    f"{lines[-1] if lines else type(e).__name__}") from None
         body = lib.inspect_source()
     if library:
-        body += _LIBRARY_PART + "\n".join(library[n].wrapper(symbols[n]) for n in names if n in library)
-    reqs = workspace_requests(body)
+        body += _LIBRARY_PART + "\n".join(_library_wrappers(library, names, symbols))
+    reqs = workspace_requests(lib.inspect_source()) if funcs else {}
     by_symbol = {sym: name for name, sym in symbols.items()}
     requests = {by_symbol[s]: ev for s, ev in reqs.items() if s in by_symbol}
+    requests.update({n: workspace_events(library[n]) for n in names if n in library})
     missing = [n for n in names if n not in requests]
     if missing:
         raise UnsupportedError(f"TVM's C output has no function for kernel(s) {', '.join(missing)}")

@@ -33,7 +33,7 @@ Besides these, the library computes the float kernels of
 float16 weights) and the dynamic-range quantized ("hybrid") kernels of
 :mod:`~tvm_memsched.relax.frontends.tflite_hybrid` (:data:`HYBRID_OPS`): the
 input quantized on the fly, int32 sums with the integer kernels' dot products
-(weights packed as theirs), a table of weight scales, biases and weight sums
+(weights packed as theirs), a table of weight scales and biases
 (:func:`hybrid_table`).
 
 The library keeps every in-place overlap proven on the TIR kernel safe: it
@@ -57,7 +57,7 @@ import numpy as np
 
 __all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table",
            "hybrid_scratch_bytes", "input_dies", "pack_weights", "pack_depthwise", "channel_table", "call_macs",
-           "params_fit", "library_variants", "config_header", "MODES", "LIBRARY_FILES"]
+           "params_fit", "library_variants", "config_header", "workspace_events", "MODES", "LIBRARY_FILES"]
 
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
 MODES = ("fast", "tvm")
@@ -252,36 +252,34 @@ def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> 
 
 def hybrid_scratch_bytes(desc: dict) -> int:
     """Scratch bytes a hybrid kernel takes: every batch's parameters (12 bytes each), then a convolution's
-    two quantized windows or a fully connected layer's quantized row.
+    two quantized windows or a fully connected layer's quantized row (rounded up to four bytes), then each
+    output channel's sum of weights (int32, an even number of them).
 
     >>> hybrid_scratch_bytes({"op": "hybrid_dense", "x": [2, 10], "w": [3, 10]})
-    34
+    52
     """
     op, x = desc["op"], desc["x"]
+    sums = 4 * (-(-desc["w"][0] // 2) * 2)
     if op == "hybrid_dense":
-        return 12 * math.prod(x[:-1]) + x[-1]
+        return 12 * math.prod(x[:-1]) + -(-x[-1] // 4) * 4 + sums
     if op == "hybrid_conv2d":
-        return 12 * x[0] + 2 * (-(-math.prod(desc["w"][1:]) // 4) * 4)
+        return 12 * x[0] + 2 * (-(-math.prod(desc["w"][1:]) // 4) * 4) + sums
     return 12 * x[0]
 
 
-def hybrid_table(desc: dict, weights: np.ndarray, scales: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+def hybrid_table(desc: dict, scales: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """A hybrid operator's table as ``tms_hconv_f32`` and its siblings read it, int32: C weight scales (one
-    per output channel, a per-tensor scale repeated) and C biases as float32 bits, then (convolutions and
-    fully connected layers) each output channel's sum of weights.
+    per output channel, a per-tensor scale repeated) and C biases, as float32 bits. (The sums of weights an
+    asymmetric input needs are computed per call, into scratch: see :func:`hybrid_scratch_bytes`.)
 
-    >>> t = hybrid_table({"op": "hybrid_dense", "y": [1, 2]}, np.array([[1, 2], [-3, 4]], np.int8),
-    ...                  np.array([0.5], np.float32), None)
-    >>> t[:2].view(np.float32).tolist(), t[2:4].view(np.float32).tolist(), t[4:].tolist()
-    ([0.5, 0.5], [0.0, 0.0], [3, 1])
+    >>> t = hybrid_table({"op": "hybrid_dense", "y": [1, 2]}, np.array([0.5], np.float32), None)
+    >>> t[:2].view(np.float32).tolist(), t[2:].view(np.float32).tolist()
+    ([0.5, 0.5], [0.0, 0.0])
     """
     channels = int(desc["y"][-1])
     scales = np.broadcast_to(np.asarray(scales, np.float32).reshape(-1), (channels,))
     bias = np.zeros(channels, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
-    parts = [scales.view(np.int32), bias.view(np.int32)]
-    if desc["op"] != "hybrid_depthwise_conv2d":
-        parts.append(np.asarray(weights, np.int64).reshape(channels, -1).sum(axis=1).astype(np.int32))
-    return np.ascontiguousarray(np.concatenate(parts), np.int32)
+    return np.ascontiguousarray(np.concatenate([scales.view(np.int32), bias.view(np.int32)]), np.int32)
 
 
 #: int8 output modes of the library (``out_mode`` in tms_nn.c): exact, fast with the full range, fast clamped
@@ -291,12 +289,14 @@ _MODE_NAMES = ("EXACT", "FULL", "CLAMP")
 def library_variants(prog, kernels: dict) -> dict:
     """``{macro: 0 or 1}``: which specialised variants of the library ``prog``'s calls reach (after
     :func:`repack`), as ``tms_nn.c`` names them (``TMS_NN_MODE_EXACT``, ``_FULL``, ``_CLAMP``,
-    ``TMS_NN_FMA_OFF``, ``TMS_NN_FMA_ON``, ``TMS_NN_HDW_TAPS``, ``TMS_NN_HDW_ONCE``). An integer call's output
-    mode follows from the fast flag :func:`channel_table` wrote into its table and its activation range, as
-    ``out_mode`` picks it; a float call's from its kernel's ``fma``; a hybrid depthwise convolution's from
-    whether it may overwrite its input (:func:`input_dies`: quantized once, else tap by tap). A kind of kernel
-    no call uses keeps its default (1), which costs nothing: the functions are only linked where called."""
-    modes, fmas, hdw = set(), set(), set()
+    ``TMS_NN_FMA_OFF``, ``TMS_NN_FMA_ON``, ``TMS_NN_HDW_TAPS``, ``TMS_NN_HDW_ONCE``, ``TMS_NN_HDW_REST``,
+    ``TMS_NN_HYBRID_SYM``, ``TMS_NN_HYBRID_ASYM``). An integer call's output mode follows from the fast flag
+    :func:`channel_table` wrote into its table and its activation range, as ``out_mode`` picks it; a float
+    call's from its kernel's ``fma``; a hybrid depthwise convolution's from whether it may overwrite its input
+    (:func:`input_dies`: quantized once, else tap by tap) and whether its channels leave some over after
+    blocks of four; a hybrid call's quantization from its ``asymmetric``. A kind of kernel no call uses keeps
+    its default (1), which costs nothing: the functions are only linked where called."""
+    modes, fmas, hdw, rest, asym = set(), set(), set(), set(), set()
     for call in prog.calls:
         k = kernels.get(call.kernel)
         if k is None:
@@ -308,15 +308,21 @@ def library_variants(prog, kernels: dict) -> dict:
             modes.add(0 if not fast else 1 if rq["lo"] <= -128 and rq["hi"] >= 127 else 2)
         elif k.op in FLOAT_OPS:
             fmas.add(bool(k.fma))
-        elif k.op == "hybrid_depthwise_conv2d":
+        if k.op == "hybrid_depthwise_conv2d":
             hdw.add(bool(call.args[-1][1]))
+            rest.add(k.desc["x"][-1] % 4 != 0)
+        if k.op in HYBRID_OPS:
+            asym.add(bool(k.desc["asymmetric"]))
     out = {}
     if modes:
         out.update({f"TMS_NN_MODE_{n}": int(i in modes) for i, n in enumerate(_MODE_NAMES)})
     if fmas:
         out.update({"TMS_NN_FMA_OFF": int(False in fmas), "TMS_NN_FMA_ON": int(True in fmas)})
     if hdw:
-        out.update({"TMS_NN_HDW_TAPS": int(False in hdw), "TMS_NN_HDW_ONCE": int(True in hdw)})
+        out.update({"TMS_NN_HDW_TAPS": int(False in hdw), "TMS_NN_HDW_ONCE": int(True in hdw),
+                    "TMS_NN_HDW_REST": int(True in rest)})
+    if asym:
+        out.update({"TMS_NN_HYBRID_SYM": int(False in asym), "TMS_NN_HYBRID_ASYM": int(True in asym)})
     return out
 
 
@@ -456,12 +462,20 @@ def params_fit(kernel: NnKernel) -> bool:
 
 
 def _with_scratch(kernel: NnKernel, ctype: str, *statements: str) -> list[str]:
-    """C lines that take the kernel's scratch (``col_bytes``, ``ctype* scratch``) from the planned workspace,
-    run ``statements`` (which use it) and give it back."""
-    return ["  int32_t dev_id = 0;",
-            f"  {ctype}* scratch = ({ctype}*)TVMBackendAllocWorkspace(1, dev_id, (uint64_t){kernel.col_bytes}ULL, 0, 8);",
-            "  if (scratch == NULL) return -1;", *(f"  {st}" for st in statements),
-            "  if (TVMBackendFreeWorkspace(1, dev_id, scratch) != 0) return -1;"]
+    """C lines that take the kernel's scratch (``col_bytes``, ``ctype* scratch``): the whole workspace region
+    planned for the call (:func:`workspace_events`), then run ``statements``, which use it."""
+    return [f"  {ctype}* scratch = ({ctype}*)tvm_memsched_workspace({kernel.col_bytes}u);",
+            "  if (scratch == NULL) return -1;", *(f"  {st}" for st in statements)]
+
+
+def workspace_events(kernel: NnKernel) -> list[tuple[str, int]]:
+    """The workspace requests of ``kernel``'s wrapper as :func:`tvm_memsched.micro.kernels.workspace_requests`
+    reads them from TVM's C: its scratch, taken whole from the call's region.
+
+    >>> workspace_events(NnKernel("k", "hybrid_dense", {}, col_bytes=76))
+    [('alloc', 76)]
+    """
+    return [("alloc", kernel.col_bytes)] if kernel.col_bytes else []
 
 
 def wrapper_source(kernel: NnKernel, sym: str) -> str:
@@ -513,7 +527,7 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         fn = {"hybrid_conv2d": "tms_hconv_f32", "hybrid_depthwise_conv2d": "tms_hdwconv_f32",
               "hybrid_dense": "tms_hfc_f32"}[op]
         # a depthwise convolution's last argument says whether the call may overwrite its input (repack)
-        col = ", (int32_t)((const TVMFFIAny*)args)[4].v_int64" if op == "hybrid_depthwise_conv2d" else \
+        col = ", (int32_t)(intptr_t)tms_arg(args, 4)" if op == "hybrid_depthwise_conv2d" else \
             f", (int8_t*)(scratch + {3 * batches})"
         # the batches' parameters first, by a call of their own (the stack holds it or the kernel, not both)
         body += _with_scratch(kernel, "float",
@@ -562,7 +576,7 @@ def repack(prog, kernels: dict) -> None:
             bias = param(call.args[3]) if k.desc["has_bias"] else None
             weights = param(w).reshape(w.shape)
             packed = weights.reshape(-1) if k.op == "hybrid_depthwise_conv2d" else pack_weights(weights)
-            call.args = [x, add(packed), add(hybrid_table(k.desc, weights, param(scales), bias)), call.args[-1]]
+            call.args = [x, add(packed), add(hybrid_table(k.desc, param(scales), bias)), call.args[-1]]
             if k.op == "hybrid_depthwise_conv2d":
                 call.args.append(("int", int(input_dies(prog, i, kernels))))
             continue

@@ -17,7 +17,7 @@
 
 /* The specialised variants this build compiles. The export writes tms_nn_config.h next to this file with
  * the ones its model calls (output modes of the integer kernels, fused multiply-add or not in the float
- * kernels), so the others cost no flash; without it, every variant is compiled. */
+ * kernels, the hybrid kernels' forms), so the others cost no flash; without it, every variant is compiled. */
 #if defined(__has_include)
 #if __has_include("tms_nn_config.h")
 #include "tms_nn_config.h"
@@ -45,9 +45,20 @@
 #ifndef TMS_NN_HDW_ONCE
 #define TMS_NN_HDW_ONCE 1
 #endif
+/* ... and channels left over after blocks of four */
+#ifndef TMS_NN_HDW_REST
+#define TMS_NN_HDW_REST 1
+#endif
+/* hybrid operators' inputs quantized symmetrically, asymmetrically */
+#ifndef TMS_NN_HYBRID_SYM
+#define TMS_NN_HYBRID_SYM 1
+#endif
+#ifndef TMS_NN_HYBRID_ASYM
+#define TMS_NN_HYBRID_ASYM 1
+#endif
 #if !(TMS_NN_MODE_EXACT || TMS_NN_MODE_FULL || TMS_NN_MODE_CLAMP) || !(TMS_NN_FMA_OFF || TMS_NN_FMA_ON) || \
-    !(TMS_NN_HDW_TAPS || TMS_NN_HDW_ONCE)
-#error "tms_nn_config.h leaves no output mode, no multiply-add or no hybrid depthwise variant"
+    !(TMS_NN_HDW_TAPS || TMS_NN_HDW_ONCE) || !(TMS_NN_HYBRID_SYM || TMS_NN_HYBRID_ASYM)
+#error "tms_nn_config.h leaves no output mode, no multiply-add, no hybrid depthwise variant or no quantization"
 #endif
 
 #define TMS_INLINE static inline __attribute__((always_inline))
@@ -1230,6 +1241,10 @@ TMS_INLINE float tms_half(uint16_t h) {
 }
 
 /* ------------------------------------------------------------------ dynamic-range quantization */
+/* Whether a hybrid call with this flag (TMS_F_ASYM, or tms_quant_params_f32's asymmetric) quantizes its input
+ * asymmetrically: constant in a build whose calls all do, or none do (tms_nn_config.h) */
+#define TMS_HYBRID_ASYM(flag) (TMS_NN_HYBRID_ASYM && (!TMS_NN_HYBRID_SYM || (flag)))
+
 /* LiteRT's AsymmetricQuantizeFloats finds the zero point in double precision. This FPU has single precision
  * only, and the compiler's soft-float double routines take 2.9 KB of flash, so the few double operations it
  * needs are done here exactly, in integers (tests/native/double_emulation.c checks each against the double
@@ -1328,7 +1343,7 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
       mn = x[i] < mn ? x[i] : mn;
       mx = x[i] > mx ? x[i] : mx;
     }
-    if (asymmetric) { /* LiteRT's AsymmetricQuantizeFloats: the range widened to 0 */
+    if (TMS_HYBRID_ASYM(asymmetric)) { /* LiteRT's AsymmetricQuantizeFloats: the range widened to 0 */
       const float fmin = mn < 0.0f ? mn : 0.0f, fmax = mx > 0.0f ? mx : 0.0f;
       if (fmax - fmin == 0.0f) {
         y[0] = 1.0f, y[1] = 0.0f, y[2] = 0.0f;
@@ -1425,19 +1440,40 @@ TMS_INLINE void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int3
   }
 }
 
+/* zp times each of the OC rows' sum of weights, from weights packed as pack_weights packs them (pairs of rows,
+ * groups of four, both padded with zeros), into zsum (OC rounded up to even): the zero point's share of a sum
+ * of q * w, computed per call (a table of the sums would take 4 bytes of flash per channel). */
+static void weight_sums(const int8_t* w, int32_t OC, int32_t K4, int32_t zp, int32_t* zsum) {
+  for (int32_t c = 0; c < OC; c += 2) {
+    int32_t s0 = 0, s1 = 0;
+    for (int32_t k = 0; k < K4; k += 4, w += 8) {
+#if TMS_DSP
+      const int32_t v0 = *(const tms_w32_t*)w, v1 = *(const tms_w32_t*)(w + 4);
+      s0 = smlad(sxtb16(v0), 0x00010001, smlad(sxtb16_ror8(v0), 0x00010001, s0));
+      s1 = smlad(sxtb16(v1), 0x00010001, smlad(sxtb16_ror8(v1), 0x00010001, s1));
+#else
+      s0 += w[0] + w[1] + w[2] + w[3];
+      s1 += w[4] + w[5] + w[6] + w[7];
+#endif
+    }
+    zsum[c] = zp * s0, zsum[c + 1] = zp * s1;
+  }
+}
+
 void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
                    const float* qp, int8_t* col) {
   const uint8_t fl = p->flags;      /* the output stage in registers: stores to y could alias *p */
   const float flo = p->lo, fhi = p->hi;
   const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, OC = p->out_c;
   const int32_t npix = p->out_h * p->out_w, in_len = p->in_h * p->in_w * p->in_c;
-  const int asym = (p->flags & TMS_F_ASYM) != 0;
-  const tms_i32a_t* sumw = (const tms_i32a_t*)tab + 2 * OC;
+  const int asym = TMS_HYBRID_ASYM(p->flags & TMS_F_ASYM);
+  int32_t* zsum = (int32_t*)(uintptr_t)(col + 2 * K4);     /* after the two windows */
   for (int32_t k = K; k < K4; ++k) col[((k >> 2) << 3) + (k & 3)] = col[((k >> 2) << 3) + 4 + (k & 3)] = 0;
   for (int32_t b = 0; b < p->batch; ++b) {
     const float* xb = x + (int32_t)b * in_len;
     float* yb = y + (int32_t)b * npix * OC;
     const tms_hq_t h = hq_of(qp + 3 * b, asym);
+    weight_sums(w, OC, K4, h.zp, zsum);
     int32_t oy = 0, ox = 0;
     for (int32_t pix = 0; pix < npix; pix += 2) {
       const int two = pix + 1 < npix;
@@ -1454,12 +1490,11 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
           dot_2x2(col, wp, K4, acc);
         else
           dot_1x2(col, 8, wp, K4, acc);
-        const int32_t z0 = h.zp * sumw[c], z1 = n1 ? h.zp * sumw[c + 1] : 0;
-        y0[c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[0] - z0, h.sx);
-        if (n1) y0[c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[1] - z1, h.sx);
+        y0[c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[0] - zsum[c], h.sx);
+        if (n1) y0[c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[1] - zsum[c + 1], h.sx);
         if (two) {
-          y0[OC + c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[2] - z0, h.sx);
-          if (n1) y0[OC + c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[3] - z1, h.sx);
+          y0[OC + c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[2] - zsum[c], h.sx);
+          if (n1) y0[OC + c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[3] - zsum[c + 1], h.sx);
         }
       }
     }
@@ -1497,7 +1532,7 @@ TMS_INLINE void hdw_pixel(const int done, const tms_convf_t* p, const float* xb,
     y[c + 2] = hybrid_out(fl, flo, fhi, tab, C, c + 2, a2, h->sx);
     y[c + 3] = hybrid_out(fl, flo, fhi, tab, C, c + 3, a3, h->sx);
   }
-  for (; c < C; ++c) {
+  for (; TMS_NN_HDW_REST && c < C; ++c) {
     int32_t a = 0;
     for (int32_t ky = ky0; ky < ky1; ++ky) {
       const float* xr = xb + (iy0 + ky * p->dh) * rowstep + (ix0 + kx0 * p->dw) * C + c;
@@ -1529,7 +1564,7 @@ TMS_INLINE void hdw_image(const int done, const tms_convf_t* p, const float* xb,
 void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
                      const float* qp, int32_t consume) {
   const int32_t in_len = p->in_h * p->in_w * p->in_c, out_len = p->out_h * p->out_w * p->out_c;
-  const int asym = (p->flags & TMS_F_ASYM) != 0;
+  const int asym = TMS_HYBRID_ASYM(p->flags & TMS_F_ASYM);
   for (int32_t b = 0; b < p->batch; ++b) {
     const float* xb = x + (int32_t)b * in_len;
     const tms_hq_t h = hq_of(qp + 3 * b, asym);
@@ -1550,8 +1585,9 @@ void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void
   const uint8_t fl = p->flags;      /* the output stage in registers: stores to y could alias *p */
   const float flo = p->lo, fhi = p->hi;
   const int32_t K = p->in_n, N = p->out_n, K4 = (K + 3) & ~3;
-  const int asym = (p->flags & TMS_F_ASYM) != 0;
-  const tms_i32a_t* sumw = (const tms_i32a_t*)tab + 2 * N;
+  const int asym = TMS_HYBRID_ASYM(p->flags & TMS_F_ASYM);
+  int32_t* sumw = (int32_t*)(uintptr_t)(row + K4);          /* after the row: the sums, once */
+  weight_sums(w, N, K4, 1, sumw);
   for (int32_t r = 0; r < p->rows; ++r, x += K, y += N, qp += 3) {
     const tms_hq_t h = hq_of(qp, asym);
     for (int32_t k = 0; k < K; ++k) row[k] = (int8_t)quant1(x[k], h.inv, h.zp, h.lo);   /* the row, once */

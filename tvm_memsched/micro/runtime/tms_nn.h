@@ -124,9 +124,9 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
  * asymmetric, else symmetric), int8 weights packed as the integer kernels' (the depthwise one's: kh * kw * C
  * as in the file), the int32 sums of (q - zp) * w scaled back to float32: (sum * weight scale) * input scale
  * with TMS_F_WFIRST, else sum * (weight scale * input scale), plus the bias (TMS_F_BIAS), clamped (TMS_F_LO,
- * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases, then (not the depthwise one) C int32 sums of
- * each channel's weights. col: a convolution's two quantized windows (TMS_CONV_COL_BYTES, 4-byte aligned), a
- * fully connected layer's quantized row (in_n bytes). */
+ * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases. col (4-byte aligned): a convolution's two
+ * quantized windows (TMS_CONV_COL_BYTES), a fully connected layer's quantized row (in_n bytes rounded up to
+ * four), then C int32 (rounded up to even) for the sums of each output channel's weights. */
 #define TMS_F_WFIRST 32
 #define TMS_F_ASYM 64
 void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,

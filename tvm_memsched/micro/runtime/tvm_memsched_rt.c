@@ -55,6 +55,15 @@ void tvm_memsched_set_workspace(void* base, size_t bytes) {
 
 size_t tvm_memsched_workspace_high_water(void) { return g_ws_high; }
 
+void* tvm_memsched_workspace(size_t bytes) {
+  if (g_ws_base == NULL || bytes > g_ws_size) {
+    tvm_memsched_set_error("a library kernel needs more workspace than was planned for its call");
+    return NULL;
+  }
+  if (bytes > g_ws_high) g_ws_high = bytes;
+  return g_ws_base;
+}
+
 void* TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes, int dtype_code_hint,
                                int dtype_bits_hint) {
   (void)device_type;

@@ -6,7 +6,9 @@
  * This runtime serves workspace requests LIFO from a region the caller names before each kernel
  * call (model.c points it at the region tvm_memsched planned for that call inside the static
  * arena), so nothing is allocated at run time. A request that does not fit fails cleanly: the
- * kernel returns -1 and tvm_memsched_last_error() says what happened. */
+ * kernel returns -1 and tvm_memsched_last_error() says what happened. The microkernel library's
+ * kernels take the whole region at once (tvm_memsched_workspace), so a model whose kernels are all
+ * the library's links no allocator. */
 #ifndef TVM_MEMSCHED_RT_H_
 #define TVM_MEMSCHED_RT_H_
 
@@ -23,6 +25,10 @@ extern "C" {
 
 /* Serve the next kernel's workspace requests from [base, base + bytes). */
 void tvm_memsched_set_workspace(void* base, size_t bytes);
+
+/* The current region, for a kernel that needs `bytes` of it and makes no other request (NULL, with an
+ * error, when the region is smaller). */
+void* tvm_memsched_workspace(size_t bytes);
 
 /* Most workspace bytes in use at once in any region since start-up. */
 size_t tvm_memsched_workspace_high_water(void);
