@@ -776,8 +776,8 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0):
                              ptr(scratch))
     col = ptr(scratch[3 * batches:])
     if op == "hybrid_dense":
-        lib.tms_hfc_f32(ctypes.byref(FcF(**nn._fcf_params(d, False))), ptr(xa), ptr(packed), ptr(table), ptr(y),
-                        ptr(scratch), col)
+        lib.tms_hconv_f32(ctypes.byref(ConvF(**nn._hybrid_dense_params(d))), ptr(xa), ptr(packed), ptr(table),
+                          ptr(y), ptr(scratch), col)
     elif op == "hybrid_conv2d":
         lib.tms_hconv_f32(ctypes.byref(ConvF(**nn._convf_params(d, False))), ptr(xa), ptr(packed), ptr(table),
                           ptr(y), ptr(scratch), col)
@@ -789,8 +789,9 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0):
 
 @pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
 def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(lib, op):
-    """tms_hconv_f32, tms_hdwconv_f32 and tms_hfc_f32 against the TIR kernels of the import (which equal
-    LiteRT's builtin kernels, tests/test_hybrid.py), bit for bit: odd channel counts, strides, padding,
+    """tms_hconv_f32 (also for fully connected layers, rows as batches) and tms_hdwconv_f32 against the TIR
+    kernels of the import (which equal LiteRT's builtin kernels, tests/test_hybrid.py), bit for bit: odd
+    channel counts, several rows, strides, padding,
     dilation, batches of every sign (and all zero), asymmetric and symmetric quantization, per-channel and
     per-tensor scales, both rescale orders, with and without a bias, every activation range."""
     rng = np.random.default_rng({"hybrid_conv2d": 61, "hybrid_depthwise_conv2d": 62, "hybrid_dense": 63}[op])

@@ -251,20 +251,20 @@ def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> 
 
 
 def hybrid_scratch_bytes(desc: dict) -> int:
-    """Scratch bytes a hybrid kernel takes: every batch's parameters (12 bytes each), then a convolution's
-    two quantized windows or a fully connected layer's quantized row (rounded up to four bytes), then each
-    output channel's sum of weights (int32, an even number of them).
+    """Scratch bytes a hybrid kernel takes: every batch's parameters (12 bytes each; a fully connected
+    layer's batches are its rows), then a convolution's (or fully connected layer's) two quantized windows
+    and each output channel's sum of weights (int32, an even number of them; twice that with more than one
+    batch).
 
     >>> hybrid_scratch_bytes({"op": "hybrid_dense", "x": [2, 10], "w": [3, 10]})
-    52
+    80
     """
     op, x = desc["op"], desc["x"]
-    sums = 4 * (-(-desc["w"][0] // 2) * 2)
-    if op == "hybrid_dense":
-        return 12 * math.prod(x[:-1]) + -(-x[-1] // 4) * 4 + sums
-    if op == "hybrid_conv2d":
-        return 12 * x[0] + 2 * (-(-math.prod(desc["w"][1:]) // 4) * 4) + sums
-    return 12 * x[0]
+    if op == "hybrid_depthwise_conv2d":
+        return 12 * x[0]
+    batches, k = (math.prod(x[:-1]), x[-1]) if op == "hybrid_dense" else (x[0], math.prod(desc["w"][1:]))
+    sums = 4 * (-(-desc["w"][0] // 2) * 2) * (2 if batches > 1 else 1)
+    return 12 * batches + 2 * (-(-k // 4) * 4) + sums
 
 
 def hybrid_table(desc: dict, scales: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -412,6 +412,14 @@ def _fcf_params(desc: dict, fma: bool) -> dict:
             **_float_flags(desc, fma)}
 
 
+def _hybrid_dense_params(desc: dict) -> dict:
+    """A hybrid fully connected layer as ``tms_hconv_f32`` computes it: a 1 x 1 convolution of 1 x 1 images,
+    one batch per row (each row has its own quantization parameters)."""
+    one = dict.fromkeys(("in_h", "in_w", "out_h", "out_w", "kh", "kw", "sh", "sw", "dh", "dw"), 1)
+    return {"batch": math.prod(desc["x"][:-1]), "in_c": desc["x"][-1], "out_c": desc["w"][0], **one, "pad_t": 0,
+            "pad_l": 0, **_float_flags(desc, False)}
+
+
 _SIGNATURE = "TVM_DLL int32_t __tvm_ffi_{sym}(void* self_handle, void* args, int32_t num_args, void* result) {{"
 
 
@@ -454,8 +462,9 @@ def params_fit(kernel: NnKernel) -> bool:
     if op in ("lut", "add"):
         return math.prod(d["y"]) < 1 << 32
     if op in FLOAT_OPS + HYBRID_OPS:
-        dense = op in ("dense_f32", "hybrid_dense")
-        return _fits(_fcf_params(d, True) if dense else _convf_params(d, True)) and \
+        params = _fcf_params(d, True) if op == "dense_f32" else _hybrid_dense_params(d) if op == "hybrid_dense" \
+            else _convf_params(d, True)
+        return _fits(params) and \
             4 * max(math.prod(d["x"]), math.prod(d["y"])) < 1 << 32
     params = _fc_params(d) if op == "dense" else _pool_params(d) if op.endswith("pool2d") else _conv_params(d)
     return _fits(params)
@@ -519,13 +528,11 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
         body.append(f"  {fn}{suffix}(&{var}, {_arg(0, 'const float*')}, {_arg(1, wt)}, {bias}, {res}, "
                     f"{_arg(k, 'float*')});")
     elif op in HYBRID_OPS:               # (x, packed weights, table, y): see repack
-        dense = op == "hybrid_dense"
-        head.append(_struct("tms_fcf_t" if dense else "tms_convf_t", var,
-                            _fcf_params(d, False) if dense else _convf_params(d, False)))
+        dense = op == "hybrid_dense"      # a 1 x 1 convolution, one batch per row
+        head.append(_struct("tms_convf_t", var, _hybrid_dense_params(d) if dense else _convf_params(d, False)))
         x = d["x"]
         batches, length = (math.prod(x[:-1]), x[-1]) if dense else (x[0], math.prod(x[1:]))
-        fn = {"hybrid_conv2d": "tms_hconv_f32", "hybrid_depthwise_conv2d": "tms_hdwconv_f32",
-              "hybrid_dense": "tms_hfc_f32"}[op]
+        fn = "tms_hdwconv_f32" if op == "hybrid_depthwise_conv2d" else "tms_hconv_f32"
         # a depthwise convolution's last argument says whether the call may overwrite its input (repack)
         col = ", (int32_t)(intptr_t)tms_arg(args, 4)" if op == "hybrid_depthwise_conv2d" else \
             f", (int8_t*)(scratch + {3 * batches})"

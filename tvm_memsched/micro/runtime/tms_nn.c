@@ -1322,15 +1322,11 @@ __attribute__((noinline)) static int32_t asymmetric_zero_point(float fmin, float
   m = dbl_div(m, 255ull << 45, &e);                               /* scale = m * 2^e */
   const uint64_t lo = fmin < 0.0f ? quotient_fx(fmin, m, e) : 0;   /* |lo| */
   const uint64_t hi = fmax > 0.0f ? quotient_fx(fmax, m, e) : 0;
-  int negative;
-  uint64_t zp;
-  if (fx_round53(c128 + lo) < fx_round53(c127 + hi)) {     /* -128 - lo = |lo| - 128 */
-    negative = lo < c128;
-    zp = fx_round53(negative ? c128 - lo : lo - c128);
-  } else {
-    negative = hi > c127;
-    zp = fx_round53(negative ? hi - c127 : c127 - hi);
-  }
+  /* the zero point a - b: -128 - lo = |lo| - 128, or 127 - hi */
+  const int from_lo = fx_round53(c128 + lo) < fx_round53(c127 + hi);
+  const uint64_t a = from_lo ? lo : c127, b = from_lo ? c128 : hi;
+  const int negative = a < b;
+  const uint64_t zp = fx_round53(negative ? b - a : a - b);
   if (zp >= (negative ? c128 : c127)) return negative ? -128 : 127;
   const int32_t r = (int32_t)(zp >> 55) + (int32_t)((zp >> 54) & 1u);    /* rounded half away from zero */
   return negative ? -r : r;
@@ -1467,13 +1463,20 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
   const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, OC = p->out_c;
   const int32_t npix = p->out_h * p->out_w, in_len = p->in_h * p->in_w * p->in_c;
   const int asym = TMS_HYBRID_ASYM(p->flags & TMS_F_ASYM);
-  int32_t* zsum = (int32_t*)(uintptr_t)(col + 2 * K4);     /* after the two windows */
+  /* after the two windows: zp * sum(w) per channel; with several batches (a fully connected layer's rows),
+   * the sums once, then after them */
+  int32_t* zsum = (int32_t*)(uintptr_t)(col + 2 * K4);
+  int32_t* sums = zsum + ((OC + 1) & ~1);
+  if (p->batch > 1) weight_sums(w, OC, K4, 1, sums);
   for (int32_t k = K; k < K4; ++k) col[((k >> 2) << 3) + (k & 3)] = col[((k >> 2) << 3) + 4 + (k & 3)] = 0;
   for (int32_t b = 0; b < p->batch; ++b) {
     const float* xb = x + (int32_t)b * in_len;
     float* yb = y + (int32_t)b * npix * OC;
     const tms_hq_t h = hq_of(qp + 3 * b, asym);
-    weight_sums(w, OC, K4, h.zp, zsum);
+    if (p->batch > 1)
+      for (int32_t c = 0; c < OC; ++c) zsum[c] = h.zp * sums[c];
+    else
+      weight_sums(w, OC, K4, h.zp, zsum);
     int32_t oy = 0, ox = 0;
     for (int32_t pix = 0; pix < npix; pix += 2) {
       const int two = pix + 1 < npix;
@@ -1576,27 +1579,6 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
       hdw_image(1, p, xb, w, tab, y + (int32_t)b * out_len, &h);
     } else {
       hdw_image(0, p, xb, w, tab, y + (int32_t)b * out_len, &h);
-    }
-  }
-}
-
-void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, const float* qp,
-                 int8_t* row) {
-  const uint8_t fl = p->flags;      /* the output stage in registers: stores to y could alias *p */
-  const float flo = p->lo, fhi = p->hi;
-  const int32_t K = p->in_n, N = p->out_n, K4 = (K + 3) & ~3;
-  const int asym = TMS_HYBRID_ASYM(p->flags & TMS_F_ASYM);
-  int32_t* sumw = (int32_t*)(uintptr_t)(row + K4);          /* after the row: the sums, once */
-  weight_sums(w, N, K4, 1, sumw);
-  for (int32_t r = 0; r < p->rows; ++r, x += K, y += N, qp += 3) {
-    const tms_hq_t h = hq_of(qp, asym);
-    for (int32_t k = 0; k < K; ++k) row[k] = (int8_t)quant1(x[k], h.inv, h.zp, h.lo);   /* the row, once */
-    const int8_t* wp = w;
-    for (int32_t c = 0; c < N; c += 2, wp += 2 * K4) {
-      int32_t acc[2] = {0, 0};
-      dot_1x2(row, 4, wp, K, acc);
-      y[c] = hybrid_out(fl, flo, fhi, tab, N, c, acc[0] - h.zp * sumw[c], h.sx);
-      if (c + 1 < N) y[c + 1] = hybrid_out(fl, flo, fhi, tab, N, c + 1, acc[1] - h.zp * sumw[c + 1], h.sx);
     }
   }
 }

@@ -124,9 +124,10 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
  * asymmetric, else symmetric), int8 weights packed as the integer kernels' (the depthwise one's: kh * kw * C
  * as in the file), the int32 sums of (q - zp) * w scaled back to float32: (sum * weight scale) * input scale
  * with TMS_F_WFIRST, else sum * (weight scale * input scale), plus the bias (TMS_F_BIAS), clamped (TMS_F_LO,
- * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases. col (4-byte aligned): a convolution's two
- * quantized windows (TMS_CONV_COL_BYTES), a fully connected layer's quantized row (in_n bytes rounded up to
- * four), then C int32 (rounded up to even) for the sums of each output channel's weights. */
+ * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases. col (4-byte aligned): the two quantized windows
+ * (TMS_CONV_COL_BYTES), then C int32 (C rounded up to even) for the sums of each output channel's weights,
+ * twice that with more than one batch. A fully connected layer is a 1 x 1 convolution of 1 x 1 images, one
+ * batch per row (each row is quantized with its own parameters). */
 #define TMS_F_WFIRST 32
 #define TMS_F_ASYM 64
 void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
@@ -135,8 +136,6 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
  * itself, before the taps read it (else every tap quantizes what it reads) */
 void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
                      const float* qp, int32_t consume);
-void tms_hfc_f32(const tms_fcf_t* p, const float* x, const int8_t* w, const void* tab, float* y, const float* qp,
-                 int8_t* row);
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
