@@ -752,9 +752,10 @@ def aligned(a: np.ndarray, align: int = 16) -> np.ndarray:
     return out
 
 
-def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0):
+def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0, sums_in_table=False):
     """The library's output; ``y_in_x``: the output placed this many bytes below the input, in one buffer;
-    ``consume``: a depthwise convolution may overwrite its input."""
+    ``consume``: a depthwise convolution may overwrite its input; ``sums_in_table``: the weight sums in the
+    table (TMS_F_SUMS), else computed into scratch."""
     from tvm_memsched.relax.int8.kernels import description
 
     d = description(f)
@@ -767,20 +768,19 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0):
         shared[y_in_x // 4:y_in_x // 4 + x.size] = x.reshape(-1)
         xa, y = shared[y_in_x // 4:], shared
     packed = aligned(w.reshape(-1) if op == "hybrid_depthwise_conv2d" else nn.pack_weights(w))
-    table = aligned(nn.hybrid_table(d, scales, bias))
-    scratch = np.zeros(nn.hybrid_scratch_bytes(d) // 4 + 2, np.float32)     # parameters, then windows / row
+    sums_in_table = sums_in_table and op != "hybrid_depthwise_conv2d"
+    table = aligned(nn.hybrid_table(d, scales, bias, w if sums_in_table else None))
+    scratch = np.zeros(nn.hybrid_scratch_bytes(d, sums_in_table) // 4, np.float32)   # parameters, windows, sums
     x_shape = d["x"]
     batches = math.prod(x_shape[:-1]) if op == "hybrid_dense" else x_shape[0]
     c = ctypes.c_uint32
     lib.tms_quant_params_f32(c(batches), c(x.size // batches), ctypes.c_int32(int(d["asymmetric"])), ptr(xa),
                              ptr(scratch))
     col = ptr(scratch[3 * batches:])
-    if op == "hybrid_dense":
-        lib.tms_hconv_f32(ctypes.byref(ConvF(**nn._hybrid_dense_params(d))), ptr(xa), ptr(packed), ptr(table),
-                          ptr(y), ptr(scratch), col)
-    elif op == "hybrid_conv2d":
-        lib.tms_hconv_f32(ctypes.byref(ConvF(**nn._convf_params(d, False))), ptr(xa), ptr(packed), ptr(table),
-                          ptr(y), ptr(scratch), col)
+    if op != "hybrid_depthwise_conv2d":
+        prm = nn._hybrid_dense_params(d) if op == "hybrid_dense" else nn._convf_params(d, False)
+        prm["flags"] |= 128 if sums_in_table else 0                                # TMS_F_SUMS
+        lib.tms_hconv_f32(ctypes.byref(ConvF(**prm)), ptr(xa), ptr(packed), ptr(table), ptr(y), ptr(scratch), col)
     else:
         lib.tms_hdwconv_f32(ctypes.byref(ConvF(**nn._convf_params(d, False))), ptr(xa), ptr(packed), ptr(table),
                             ptr(y), ptr(scratch), ctypes.c_int32(consume))
@@ -791,16 +791,18 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0):
 def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(lib, op):
     """tms_hconv_f32 (also for fully connected layers, rows as batches) and tms_hdwconv_f32 against the TIR
     kernels of the import (which equal LiteRT's builtin kernels, tests/test_hybrid.py), bit for bit: odd
-    channel counts, several rows, strides, padding,
-    dilation, batches of every sign (and all zero), asymmetric and symmetric quantization, per-channel and
-    per-tensor scales, both rescale orders, with and without a bias, every activation range."""
+    channel counts, several rows, strides, padding, dilation, batches of every sign (and all zero), asymmetric
+    and symmetric quantization, per-channel and per-tensor scales, both rescale orders, with and without a
+    bias, every activation range, the weight sums in the table or computed per call."""
     rng = np.random.default_rng({"hybrid_conv2d": 61, "hybrid_depthwise_conv2d": 62, "hybrid_dense": 63}[op])
     for case in range(25):
         f, x, w, scales, bias = hybrid_case(rng, op)
         want = hybrid_tir(f, x, w, scales, bias)
         for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
-            got = hybrid_lib(lib, f, x.copy(), w, scales, bias, consume=consume)
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (case, consume, dict(f.attrs))
+            for sums_in_table in (False, True):
+                got = hybrid_lib(lib, f, x.copy(), w, scales, bias, consume=consume, sums_in_table=sums_in_table)
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+                    (case, consume, sums_in_table, dict(f.attrs))
 
 
 @pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
@@ -868,13 +870,50 @@ def test_hybrid_models_keep_int8_weights_in_flash_and_match_litert(kernels, tmp_
                          measure=False, kernels=kernels)
     assert exp8.params_bytes < 0.35 * exp32.params_bytes
     if kernels == "fast":
-        assert "tms_hconv_f32" in open(exp8.files["kernels"]).read()
+        src = open(exp8.files["kernels"]).read()
+        assert "tms_hconv_f32" in src
+        # its weight sums cost no arena bytes computed per call: none in flash (TMS_F_SUMS, 128, unset)
+        flags = [int(f) for f in re.findall(r"_params = \{.*\.flags = (\d+)", src)]
+        assert flags and not any(f & 128 for f in flags), flags
         # its depthwise convolutions' inputs die at them: each quantized once, over itself
         assert re.search(r"hybrid_depthwise_conv2d\w*\(.*, 1\) \*/", open(exp8.files["source"]).read())
     r = micro.run_host(exp8)
     assert r.ok, r.summary()
     chk = check_against_tflite(buf, micro.default_inputs(exp8), r.outputs, tflm=False)
     assert chk["ok"] and "tflm" not in chk, chk
+
+
+def test_weight_sums_go_to_flash_only_where_they_would_enlarge_the_arena(tmp_path):
+    """A hybrid 1x1 convolution from 8 to 256 channels is the whole arena: its weight sums, computed per call
+    into scratch, would add 1 KiB to it, so the export puts them in its flash table instead (TMS_F_SUMS) and
+    the arena is the one with every sum in flash; the host run is bit-identical to LiteRT's reference
+    kernels."""
+    from tvm_memsched import micro
+    from tvm_memsched.micro.sidebyside import check_against_tflite
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+    from tvm_memsched.tflite.builder import ModelBuilder, tfl
+
+    rng = np.random.default_rng(6)
+    mb = ModelBuilder()
+    x = mb.tensor("x", [1, 4, 4, 8])
+    w = mb.tensor("w", [256, 1, 1, 8], np.int8, data=rng.integers(-127, 128, (256, 1, 1, 8)).astype(np.int8),
+                  scale=list(rng.uniform(0.002, 0.02, 256)), zero_point=[0] * 256, quantized_dimension=0)
+    b = mb.tensor("b", [256], np.float32, data=rng.standard_normal(256).astype(np.float32))
+    y = mb.tensor("y", [1, 4, 4, 256])
+    opt = tfl.Conv2DOptionsT()
+    opt.padding, opt.strideH, opt.strideW = tfl.Padding.SAME, 1, 1
+    opt.dilationHFactor = opt.dilationWFactor = 1
+    mb.op(tfl.BuiltinOperator.CONV_2D, [x, w, b], [y], tfl.BuiltinOptions.Conv2DOptions, opt, version=5)
+    buf = mb.finish(inputs=[x], outputs=[y])
+    exp = micro.export(from_tflite_bytes(buf), "mps2-an386", str(tmp_path), measure=False, kernels="fast")
+    flags = [int(f) for f in re.findall(r"_params = \{.*\.flags = (\d+)", open(exp.files["kernels"]).read())]
+    assert flags and all(f & 128 for f in flags), flags
+    assert exp.workspace_bytes < 64                         # parameters and two windows, no sums
+    assert exp.arena_bytes < 4 * (4 * 4 * 256) + 4 * 256     # the output and less than the sums beside it
+    r = micro.run_host(exp)
+    assert r.ok, r.summary()
+    chk = check_against_tflite(buf, micro.default_inputs(exp), r.outputs, tflm=False)
+    assert chk["ok"] and chk["litert_ref"]["identical"], chk
 
 
 def test_a_depthwise_input_read_again_is_not_overwritten(tmp_path):

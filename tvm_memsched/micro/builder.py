@@ -201,7 +201,7 @@ class MicroExport:
         if c:
             f, t = c["fast"], c["tvm"]
             why = (f"; RAM total {f['ram_bytes']:,} B with the library vs {t['ram_bytes']:,} B with TVM's kernels "
-                   f"(+{f['ram_bytes'] - t['ram_bytes']:,} B, {f['ram_bytes'] / max(1, t['ram_bytes']):.3f}x; budget "
+                   f"({f['ram_bytes'] - t['ram_bytes']:+,} B, {f['ram_bytes'] / max(1, t['ram_bytes']):.3f}x; budget "
                    f"{RAM_BUDGET:.0%} or {RAM_BUDGET_FLOOR} B): {c['reason']}")
         if self.kernel_mode != "fast":
             return "kernel code   TVM's C code generator for every kernel" + (why or " (--kernels tvm)")
@@ -281,6 +281,41 @@ def _split_pipeline(target, method, time_limit, alignment, progress, options):
     f, i, k = names.index("FuseTIR"), names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
     return p.passes[:f + 1], p.passes[f + 1:i], p.reorder, p.passes[i + 1:k], tvm_planner
+
+
+#: library kernels whose weight sums are computed per call into scratch unless that enlarges the arena
+SUMS_IN_SCRATCH_OPS = ("hybrid_conv2d", "hybrid_dense")
+
+
+def _place_weight_sums(library: dict, plan_ours, first):
+    """Where each hybrid convolution's (and fully connected layer's) weight sums live: computed per call into
+    its scratch (no flash), unless that makes the arena larger than with every sum in flash (4 bytes a
+    channel); then in flash for the kernels whose calls' scratch reaches above that arena, until the arena is
+    no larger. ``first``: ``plan_ours(library)`` with every sum in scratch. Returns the chosen plan."""
+    movable = [k for k in library.values() if k.op in SUMS_IN_SCRATCH_OPS]
+    kmod, planned, rep, ws = first
+    tables = {n: (dict(vars(k))) for n, k in library.items()}
+    for k in movable:
+        k.put_sums_in_table()
+    flash_plan = plan_ours(library)
+    floor = flash_plan[2].total_bytes
+    for n, k in library.items():            # back to every sum in scratch
+        vars(k).update(tables[n])
+    if rep.total_bytes <= floor:
+        return kmod, planned, rep, ws
+    for _ in range(len(movable)):
+        above = {name for _, name, off, size in rep.workspace if off + size > floor}
+        moved = [k for k in movable if k.name in above and not k.sums_in_table]
+        if not moved:
+            break
+        for k in moved:
+            k.put_sums_in_table()
+        kmod, planned, rep, ws = plan_ours(library)
+        if rep.total_bytes <= floor:
+            return kmod, planned, rep, ws
+    for k in movable:                       # the arena still larger: every sum in flash
+        k.put_sums_in_table()
+    return flash_plan
 
 
 def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model", planner: str = "tvm_memsched",
@@ -474,9 +509,9 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         kernels_tvm = compile_kernels(pre_tvm, _called_kernels(pre_tvm["main"], prims), target, prefix=name)
     seconds["kernels"] = time.perf_counter() - t0
 
-    def build_ours(library):
-        """Our program with the kernels of ``library`` by the microkernel library: (program, kernel module,
-        planner report, live-peak bound, workspace function)."""
+    def plan_ours(library):
+        """The kernels of ``library`` compiled and ``main`` planned with their workspace: (kernel module,
+        planned module, main's planner report, workspace function)."""
         kmod = compile_kernels(pre_ours, called_ours, target, prefix=name, library=library)
 
         def ws(gv):
@@ -488,6 +523,14 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         rep = [r for r in reports if r.function == "main"][0]
         if rep.status not in ("planned", "no allocations"):
             raise UnsupportedError(f"main cannot be planned statically ({rep.status})")
+        return kmod, planned, rep, ws
+
+    def build_ours(library):
+        """Our program with the kernels of ``library`` by the microkernel library: (program, kernel module,
+        planner report, live-peak bound, workspace function)."""
+        kmod, planned, rep, ws = plan_ours(library)
+        if any(k.op in SUMS_IN_SCRATCH_OPS for k in library.values()):
+            kmod, planned, rep, ws = _place_weight_sums(library, plan_ours, (kmod, planned, rep, ws))
         ncalls = sum(1 for c in _iter_calls(planned["main"]))
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls
         prog = translate(planned["main"], kmod, workspace=workspace, alignment=alignment, prefix=name,

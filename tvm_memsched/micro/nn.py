@@ -64,6 +64,7 @@ MODES = ("fast", "tvm")
 #: the library's files in ``micro/runtime``
 LIBRARY_FILES = ("tms_nn.c", "tms_nn.h", "tms_nn_float.inc")
 _FAST_FLAG = 1
+_SUMS_FLAG = 128                # TMS_F_SUMS: a hybrid kernel's weight sums in its table
 #: float32 kernels of :mod:`tvm_memsched.relax.passes.float_kernels` the library computes
 FLOAT_OPS = ("conv2d_f32", "depthwise_conv2d_f32", "dense_f32")
 #: dynamic-range quantized operators of :mod:`tvm_memsched.relax.frontends.tflite_hybrid` it computes
@@ -82,6 +83,13 @@ class NnKernel:
     desc: dict
     col_bytes: int = 0          # workspace: a convolution's column buffer, a depthwise convolution's scratch
     fma: bool = True            # float kernels: fused multiply-add (else TVM's floats exactly)
+    sums_in_table: bool = False  # hybrid convolutions, fully connected: weight sums in flash (else per call)
+
+    def put_sums_in_table(self) -> None:
+        """A hybrid convolution's or fully connected layer's weight sums in its flash table (4 bytes a
+        channel) instead of computed per call into scratch (as many bytes of RAM while it runs)."""
+        self.sums_in_table = True
+        self.col_bytes = hybrid_scratch_bytes(self.desc, sums_in_table=True)
 
     @property
     def constant_args(self) -> tuple:
@@ -250,36 +258,40 @@ def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> 
     return ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)   # the bias wraps like int32 sums
 
 
-def hybrid_scratch_bytes(desc: dict) -> int:
+def hybrid_scratch_bytes(desc: dict, sums_in_table: bool = False) -> int:
     """Scratch bytes a hybrid kernel takes: every batch's parameters (12 bytes each; a fully connected
     layer's batches are its rows), then a convolution's (or fully connected layer's) two quantized windows
-    and each output channel's sum of weights (int32, an even number of them; twice that with more than one
-    batch).
+    and, unless its table holds them, each output channel's sum of weights (int32, an even number of them).
 
     >>> hybrid_scratch_bytes({"op": "hybrid_dense", "x": [2, 10], "w": [3, 10]})
-    80
+    64
     """
     op, x = desc["op"], desc["x"]
     if op == "hybrid_depthwise_conv2d":
         return 12 * x[0]
     batches, k = (math.prod(x[:-1]), x[-1]) if op == "hybrid_dense" else (x[0], math.prod(desc["w"][1:]))
-    sums = 4 * (-(-desc["w"][0] // 2) * 2) * (2 if batches > 1 else 1)
+    sums = 0 if sums_in_table else 4 * (-(-desc["w"][0] // 2) * 2)
     return 12 * batches + 2 * (-(-k // 4) * 4) + sums
 
 
-def hybrid_table(desc: dict, scales: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """A hybrid operator's table as ``tms_hconv_f32`` and its siblings read it, int32: C weight scales (one
-    per output channel, a per-tensor scale repeated) and C biases, as float32 bits. (The sums of weights an
-    asymmetric input needs are computed per call, into scratch: see :func:`hybrid_scratch_bytes`.)
+def hybrid_table(desc: dict, scales: np.ndarray, bias: np.ndarray | None, weights=None) -> np.ndarray:
+    """A hybrid operator's table as ``tms_hconv_f32`` and ``tms_hdwconv_f32`` read it, int32: C weight scales
+    (one per output channel, a per-tensor scale repeated) and C biases, as float32 bits, then, given the
+    ``weights`` (``NnKernel.sums_in_table``), each output channel's sum of weights; else the kernel computes
+    the sums per call, into scratch (:func:`hybrid_scratch_bytes`).
 
-    >>> t = hybrid_table({"op": "hybrid_dense", "y": [1, 2]}, np.array([0.5], np.float32), None)
-    >>> t[:2].view(np.float32).tolist(), t[2:].view(np.float32).tolist()
-    ([0.5, 0.5], [0.0, 0.0])
+    >>> w = np.array([[1, 2], [-3, 4]], np.int8)
+    >>> t = hybrid_table({"op": "hybrid_dense", "y": [1, 2]}, np.array([0.5], np.float32), None, w)
+    >>> t[:2].view(np.float32).tolist(), t[2:4].view(np.float32).tolist(), t[4:].tolist()
+    ([0.5, 0.5], [0.0, 0.0], [3, 1])
     """
     channels = int(desc["y"][-1])
     scales = np.broadcast_to(np.asarray(scales, np.float32).reshape(-1), (channels,))
     bias = np.zeros(channels, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
-    return np.ascontiguousarray(np.concatenate([scales.view(np.int32), bias.view(np.int32)]), np.int32)
+    parts = [scales.view(np.int32), bias.view(np.int32)]
+    if weights is not None:
+        parts.append(np.asarray(weights, np.int64).reshape(channels, -1).sum(axis=1).astype(np.int32))
+    return np.ascontiguousarray(np.concatenate(parts), np.int32)
 
 
 #: int8 output modes of the library (``out_mode`` in tms_nn.c): exact, fast with the full range, fast clamped
@@ -529,7 +541,9 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
                     f"{_arg(k, 'float*')});")
     elif op in HYBRID_OPS:               # (x, packed weights, table, y): see repack
         dense = op == "hybrid_dense"      # a 1 x 1 convolution, one batch per row
-        head.append(_struct("tms_convf_t", var, _hybrid_dense_params(d) if dense else _convf_params(d, False)))
+        params = _hybrid_dense_params(d) if dense else _convf_params(d, False)
+        params["flags"] |= _SUMS_FLAG if kernel.sums_in_table else 0
+        head.append(_struct("tms_convf_t", var, params))
         x = d["x"]
         batches, length = (math.prod(x[:-1]), x[-1]) if dense else (x[0], math.prod(x[1:]))
         fn = "tms_hdwconv_f32" if op == "hybrid_depthwise_conv2d" else "tms_hconv_f32"
@@ -583,7 +597,8 @@ def repack(prog, kernels: dict) -> None:
             bias = param(call.args[3]) if k.desc["has_bias"] else None
             weights = param(w).reshape(w.shape)
             packed = weights.reshape(-1) if k.op == "hybrid_depthwise_conv2d" else pack_weights(weights)
-            call.args = [x, add(packed), add(hybrid_table(k.desc, param(scales), bias)), call.args[-1]]
+            table = hybrid_table(k.desc, param(scales), bias, weights if k.sums_in_table else None)
+            call.args = [x, add(packed), add(table), call.args[-1]]
             if k.op == "hybrid_depthwise_conv2d":
                 call.args.append(("int", int(input_dies(prog, i, kernels))))
             continue

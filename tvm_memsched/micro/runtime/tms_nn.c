@@ -1436,10 +1436,10 @@ TMS_INLINE void im2col_q(const tms_convf_t* p, const float* xb, int32_t oy, int3
   }
 }
 
-/* zp times each of the OC rows' sum of weights, from weights packed as pack_weights packs them (pairs of rows,
- * groups of four, both padded with zeros), into zsum (OC rounded up to even): the zero point's share of a sum
- * of q * w, computed per call (a table of the sums would take 4 bytes of flash per channel). */
-static void weight_sums(const int8_t* w, int32_t OC, int32_t K4, int32_t zp, int32_t* zsum) {
+/* Each of the OC rows' sum of weights, from weights packed as pack_weights packs them (pairs of rows, groups of
+ * four, both padded with zeros), into sums (OC rounded up to even): the zero point's share zp * sum(w) of a sum
+ * of q * w. Computed per call where a table of them (4 bytes of flash per channel) is not given. */
+static void weight_sums(const int8_t* w, int32_t OC, int32_t K4, int32_t* sums) {
   for (int32_t c = 0; c < OC; c += 2) {
     int32_t s0 = 0, s1 = 0;
     for (int32_t k = 0; k < K4; k += 4, w += 8) {
@@ -1452,7 +1452,7 @@ static void weight_sums(const int8_t* w, int32_t OC, int32_t K4, int32_t zp, int
       s1 += w[4] + w[5] + w[6] + w[7];
 #endif
     }
-    zsum[c] = zp * s0, zsum[c + 1] = zp * s1;
+    sums[c] = s0, sums[c + 1] = s1;
   }
 }
 
@@ -1463,20 +1463,19 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
   const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, OC = p->out_c;
   const int32_t npix = p->out_h * p->out_w, in_len = p->in_h * p->in_w * p->in_c;
   const int asym = TMS_HYBRID_ASYM(p->flags & TMS_F_ASYM);
-  /* after the two windows: zp * sum(w) per channel; with several batches (a fully connected layer's rows),
-   * the sums once, then after them */
-  int32_t* zsum = (int32_t*)(uintptr_t)(col + 2 * K4);
-  int32_t* sums = zsum + ((OC + 1) & ~1);
-  if (p->batch > 1) weight_sums(w, OC, K4, 1, sums);
+  /* each output channel's sum of weights: in the table after the biases (TMS_F_SUMS), else computed once per
+   * call after the two windows */
+  const tms_i32a_t* sums = (const tms_i32a_t*)tab + 2 * OC;
+  if (!(p->flags & TMS_F_SUMS)) {
+    int32_t* s = (int32_t*)(uintptr_t)(col + 2 * K4);
+    weight_sums(w, OC, K4, s);
+    sums = s;
+  }
   for (int32_t k = K; k < K4; ++k) col[((k >> 2) << 3) + (k & 3)] = col[((k >> 2) << 3) + 4 + (k & 3)] = 0;
   for (int32_t b = 0; b < p->batch; ++b) {
     const float* xb = x + (int32_t)b * in_len;
     float* yb = y + (int32_t)b * npix * OC;
     const tms_hq_t h = hq_of(qp + 3 * b, asym);
-    if (p->batch > 1)
-      for (int32_t c = 0; c < OC; ++c) zsum[c] = h.zp * sums[c];
-    else
-      weight_sums(w, OC, K4, h.zp, zsum);
     int32_t oy = 0, ox = 0;
     for (int32_t pix = 0; pix < npix; pix += 2) {
       const int two = pix + 1 < npix;
@@ -1493,11 +1492,12 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
           dot_2x2(col, wp, K4, acc);
         else
           dot_1x2(col, 8, wp, K4, acc);
-        y0[c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[0] - zsum[c], h.sx);
-        if (n1) y0[c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[1] - zsum[c + 1], h.sx);
+        const int32_t z0 = h.zp * sums[c], z1 = n1 ? h.zp * sums[c + 1] : 0;
+        y0[c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[0] - z0, h.sx);
+        if (n1) y0[c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[1] - z1, h.sx);
         if (two) {
-          y0[OC + c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[2] - zsum[c], h.sx);
-          if (n1) y0[OC + c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[3] - zsum[c + 1], h.sx);
+          y0[OC + c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[2] - z0, h.sx);
+          if (n1) y0[OC + c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[3] - z1, h.sx);
         }
       }
     }

@@ -124,12 +124,14 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
  * asymmetric, else symmetric), int8 weights packed as the integer kernels' (the depthwise one's: kh * kw * C
  * as in the file), the int32 sums of (q - zp) * w scaled back to float32: (sum * weight scale) * input scale
  * with TMS_F_WFIRST, else sum * (weight scale * input scale), plus the bias (TMS_F_BIAS), clamped (TMS_F_LO,
- * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases. col (4-byte aligned): the two quantized windows
- * (TMS_CONV_COL_BYTES), then C int32 (C rounded up to even) for the sums of each output channel's weights,
- * twice that with more than one batch. A fully connected layer is a 1 x 1 convolution of 1 x 1 images, one
- * batch per row (each row is quantized with its own parameters). */
+ * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases, then (TMS_F_SUMS; not the depthwise one) each
+ * output channel's sum of weights, int32. col (4-byte aligned): the two quantized windows (TMS_CONV_COL_BYTES),
+ * then, without TMS_F_SUMS, C int32 (C rounded up to even) for the sums, computed per call. A fully connected
+ * layer is a 1 x 1 convolution of 1 x 1 images, one batch per row (each row quantized with its own
+ * parameters). */
 #define TMS_F_WFIRST 32
 #define TMS_F_ASYM 64
+#define TMS_F_SUMS 128
 void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const void* tab, float* y,
                    const float* qp, int8_t* col);
 /* consume != 0: the caller never reads x again (the export proves it), so each value is quantized once, over
