@@ -57,7 +57,8 @@ import numpy as np
 
 __all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table",
            "hybrid_scratch_bytes", "input_dies", "pack_weights", "pack_depthwise", "channel_table", "call_macs",
-           "params_fit", "library_variants", "config_header", "workspace_events", "MODES", "LIBRARY_FILES"]
+           "params_fit", "library_variants", "config_header", "workspace_events", "MODES", "LIBRARY_FILES",
+           "SUMS_MIN_POSITIONS"]
 
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
 MODES = ("fast", "tvm")
@@ -65,6 +66,9 @@ MODES = ("fast", "tvm")
 LIBRARY_FILES = ("tms_nn.c", "tms_nn.h", "tms_nn_float.inc")
 _FAST_FLAG = 1
 _SUMS_FLAG = 128                # TMS_F_SUMS: a hybrid kernel's weight sums in its table
+#: a hybrid convolution or fully connected layer with fewer output positions (pixels times batches, or rows)
+#: keeps its weight sums in flash: computing them per call costs about 1 / (2 x positions) of its MACs' time
+SUMS_MIN_POSITIONS = 16
 #: float32 kernels of :mod:`tvm_memsched.relax.passes.float_kernels` the library computes
 FLOAT_OPS = ("conv2d_f32", "depthwise_conv2d_f32", "dense_f32")
 #: dynamic-range quantized operators of :mod:`tvm_memsched.relax.frontends.tflite_hybrid` it computes
@@ -164,6 +168,8 @@ def select(mod, names) -> dict:
         k = NnKernel(name, desc["op"], desc)
         if k.op in HYBRID_OPS:
             k.col_bytes = hybrid_scratch_bytes(desc)
+            if k.op != "hybrid_depthwise_conv2d" and math.prod(desc["y"][:-1]) < SUMS_MIN_POSITIONS:
+                k.put_sums_in_table()       # computing the sums would take about as long as the call itself
         elif k.op == "conv2d":
             kh, kw, ic = desc["w"][1], desc["w"][2], desc["w"][3]
             k.col_bytes = 2 * (-(-(kh * kw * ic) // 4) * 4)
