@@ -51,7 +51,7 @@ from tvm import relax
 
 from ..core.errors import UnsupportedError
 from ..relax.ir import shape_values
-from .kernels import SUPPORTED_DTYPES, KernelModule
+from .kernels import SUPPORTED_DTYPES, KernelModule, library_args
 from .literals import c_literals
 
 __all__ = ["Tensor", "KernelCall", "CState", "CProgram", "translate", "check_dtype", "check_shape", "tensor_nbytes"]
@@ -253,25 +253,6 @@ class CProgram:
     def max_workspace(self) -> int:
         return max([c.workspace_bytes for c in self.calls] or [0])
 
-    def _library_args(self, k: int, call, caller: dict, patches: list) -> tuple[list[str], bool]:
-        """A library call's arguments as C ``void*`` expressions: the tensors' data (NULL for a caller's buffer,
-        which ``<p>_run`` sets: added to ``patches``), integers as pointer-sized values; and whether any is
-        set at run time."""
-        entries = []
-        for j, a in enumerate(call.args):
-            if isinstance(a, Tensor):
-                t = self._resolve(a)
-                if t.base[0] in caller:
-                    patches.append((k, j, t))
-                    entries.append("NULL")
-                else:
-                    entries.append(f"(void*)({self._data_expr(t)})")
-            elif a[0] == "int":
-                entries.append(f"(void*)(intptr_t){int(a[1])}")
-            else:
-                raise UnsupportedError(f"kernel {call.kernel}: the microkernel library takes no float arguments")
-        return entries, any(kk == k for kk, _, _ in patches)
-
     # ------------------------------------------------------------------ model.c
     def source(self) -> str:
         p, P = self.prefix, self.upper
@@ -314,7 +295,10 @@ class CProgram:
         for k, call in enumerate(self.calls):
             entries = []
             if call.kernel in library:
-                arg_arrays.append(self._library_args(k, call, order, patches))
+                entries, runtime = library_args(call.args, lambda t: self._data_expr(self._resolve(t)),
+                                                lambda t: self._resolve(t).base[0] in order)
+                patches += [(k, j, self._resolve(call.args[j])) for j in runtime]
+                arg_arrays.append((entries, bool(runtime)))
                 continue
             for a in call.args:
                 if isinstance(a, Tensor):

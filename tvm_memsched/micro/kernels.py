@@ -37,9 +37,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..core.errors import UnsupportedError
-from .nn import workspace_events
 
-__all__ = ["KernelModule", "compile_kernels", "c_identifier", "workspace_requests", "workspace_need",
+__all__ = ["KernelModule", "compile_kernels", "c_identifier", "library_args", "workspace_requests", "workspace_need",
            "workspace_align", "SUPPORTED_DTYPES"]
 
 #: tensor dtypes the C export handles (C has no portable half / bfloat16 / fp8 type)
@@ -185,6 +184,28 @@ static void* tms_arg(void* args, int i) { return ((void* const*)args)[i]; }
 """
 
 
+def library_args(args, data, at_run_time) -> tuple[list[str], list[int]]:
+    """A library call's arguments as C ``void*`` expressions: a tensor's ``data(t)``, or NULL where
+    ``at_run_time(t)`` (a caller's buffer, which ``<p>_run`` sets: its position is returned), integers as
+    pointer-sized values (the wrapper reads them with ``tms_arg``).
+
+    >>> library_args([("int", 1)], str, bool)
+    (['(void*)(intptr_t)1'], [])
+    """
+    entries, runtime = [], []
+    for j, a in enumerate(args):
+        if isinstance(a, tuple) and a[0] == "int":
+            entries.append(f"(void*)(intptr_t){int(a[1])}")
+        elif isinstance(a, tuple):
+            raise UnsupportedError("the microkernel library takes no float arguments")
+        elif at_run_time(a):
+            runtime.append(j)
+            entries.append("NULL")
+        else:
+            entries.append(f"(void*)({data(a)})")
+    return entries, runtime
+
+
 def _library_wrappers(library: dict, names, symbols: dict) -> list[str]:
     """The library kernels' C functions, one per distinct function: a kernel whose wrapper would equal an
     earlier one's (the same operator and shapes, as TVM writes one PrimFunc per call site) calls that one,
@@ -247,7 +268,7 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
     reqs = workspace_requests(lib.inspect_source()) if funcs else {}
     by_symbol = {sym: name for name, sym in symbols.items()}
     requests = {by_symbol[s]: ev for s, ev in reqs.items() if s in by_symbol}
-    requests.update({n: workspace_events(library[n]) for n in names if n in library})
+    requests.update({n: library[n].workspace_events() for n in names if n in library})
     missing = [n for n in names if n not in requests]
     if missing:
         raise UnsupportedError(f"TVM's C output has no function for kernel(s) {', '.join(missing)}")

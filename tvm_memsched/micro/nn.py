@@ -57,7 +57,7 @@ import numpy as np
 
 __all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table",
            "hybrid_scratch_bytes", "input_dies", "pack_weights", "pack_depthwise", "channel_table", "call_macs",
-           "params_fit", "library_variants", "config_header", "workspace_events", "MODES", "LIBRARY_FILES",
+           "params_fit", "library_variants", "config_header", "MODES", "LIBRARY_FILES",
            "SUMS_MIN_POSITIONS"]
 
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
@@ -88,6 +88,11 @@ class NnKernel:
     col_bytes: int = 0          # workspace: a convolution's column buffer, a depthwise convolution's scratch
     fma: bool = True            # float kernels: fused multiply-add (else TVM's floats exactly)
     sums_in_table: bool = False  # hybrid convolutions, fully connected: weight sums in flash (else per call)
+
+    def workspace_events(self) -> list[tuple[str, int]]:
+        """The workspace requests of the wrapper as :func:`tvm_memsched.micro.kernels.workspace_requests`
+        reads them from TVM's C: its scratch, taken whole from the call's region."""
+        return [("alloc", self.col_bytes)] if self.col_bytes else []
 
     def put_sums_in_table(self) -> None:
         """A hybrid convolution's or fully connected layer's weight sums in its flash table (4 bytes a
@@ -490,19 +495,11 @@ def params_fit(kernel: NnKernel) -> bool:
 
 def _with_scratch(kernel: NnKernel, ctype: str, *statements: str) -> list[str]:
     """C lines that take the kernel's scratch (``col_bytes``, ``ctype* scratch``): the whole workspace region
-    planned for the call (:func:`workspace_events`), then run ``statements``, which use it."""
+    planned for the call (``NnKernel.workspace_events``), then run ``statements``, which use it."""
     return [f"  {ctype}* scratch = ({ctype}*)tvm_memsched_workspace({kernel.col_bytes}u);",
             "  if (scratch == NULL) return -1;", *(f"  {st}" for st in statements)]
 
 
-def workspace_events(kernel: NnKernel) -> list[tuple[str, int]]:
-    """The workspace requests of ``kernel``'s wrapper as :func:`tvm_memsched.micro.kernels.workspace_requests`
-    reads them from TVM's C: its scratch, taken whole from the call's region.
-
-    >>> workspace_events(NnKernel("k", "hybrid_dense", {}, col_bytes=76))
-    [('alloc', 76)]
-    """
-    return [("alloc", kernel.col_bytes)] if kernel.col_bytes else []
 
 
 def wrapper_source(kernel: NnKernel, sym: str) -> str:
