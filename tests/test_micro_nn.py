@@ -884,6 +884,16 @@ def test_hybrid_models_keep_int8_weights_in_flash_and_match_litert(kernels, tmp_
     assert chk["ok"] and "tflm" not in chk, chk
 
 
+def hybrid_layer_tensors(mb, rng, x_shape, w_shape, axis):
+    """The input, int8 weights (per-channel scales along ``axis``) and float bias of one hybrid layer."""
+    n = w_shape[axis]
+    x = mb.tensor("x", x_shape)
+    w = mb.tensor("w", list(w_shape), np.int8, data=rng.integers(-127, 128, w_shape).astype(np.int8),
+                  scale=list(rng.uniform(0.002, 0.02, n)), zero_point=[0] * n, quantized_dimension=axis)
+    b = mb.tensor("b", [n], np.float32, data=rng.standard_normal(n).astype(np.float32))
+    return x, w, b
+
+
 def test_weight_sums_go_to_flash_only_where_they_would_enlarge_the_arena(tmp_path):
     """A hybrid 1x1 convolution from 8 to 256 channels is the whole arena: its weight sums, computed per call
     into scratch, would add 1 KiB to it, so the export puts them in its flash table instead (TMS_F_SUMS) and
@@ -894,12 +904,8 @@ def test_weight_sums_go_to_flash_only_where_they_would_enlarge_the_arena(tmp_pat
     from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
     from tvm_memsched.tflite.builder import ModelBuilder, tfl
 
-    rng = np.random.default_rng(6)
     mb = ModelBuilder()
-    x = mb.tensor("x", [1, 4, 4, 8])
-    w = mb.tensor("w", [256, 1, 1, 8], np.int8, data=rng.integers(-127, 128, (256, 1, 1, 8)).astype(np.int8),
-                  scale=list(rng.uniform(0.002, 0.02, 256)), zero_point=[0] * 256, quantized_dimension=0)
-    b = mb.tensor("b", [256], np.float32, data=rng.standard_normal(256).astype(np.float32))
+    x, w, b = hybrid_layer_tensors(mb, np.random.default_rng(6), [1, 4, 4, 8], (256, 1, 1, 8), 0)
     y = mb.tensor("y", [1, 4, 4, 256])
     opt = tfl.Conv2DOptionsT()
     opt.padding, opt.strideH, opt.strideW = tfl.Padding.SAME, 1, 1
@@ -925,12 +931,8 @@ def test_a_depthwise_input_read_again_is_not_overwritten(tmp_path):
     from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
     from tvm_memsched.tflite.builder import ModelBuilder, tfl
 
-    rng = np.random.default_rng(5)
     mb = ModelBuilder()
-    x = mb.tensor("x", [1, 6, 6, 8])
-    w = mb.tensor("w", [1, 3, 3, 8], np.int8, data=rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8),
-                  scale=list(rng.uniform(0.002, 0.02, 8)), zero_point=[0] * 8, quantized_dimension=3)
-    b = mb.tensor("b", [8], np.float32, data=rng.standard_normal(8).astype(np.float32))
+    x, w, b = hybrid_layer_tensors(mb, np.random.default_rng(5), [1, 6, 6, 8], (1, 3, 3, 8), 3)
     d, y = mb.tensor("d", [1, 6, 6, 8]), mb.tensor("y", [1, 6, 6, 8])
     opt = tfl.DepthwiseConv2DOptionsT()
     opt.padding, opt.strideH, opt.strideW, opt.depthMultiplier = tfl.Padding.SAME, 1, 1, 1
