@@ -768,9 +768,9 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0, sums_in_table
         shared[y_in_x // 4:y_in_x // 4 + x.size] = x.reshape(-1)
         xa, y = shared[y_in_x // 4:], shared
     packed = aligned(w.reshape(-1) if op == "hybrid_depthwise_conv2d" else nn.pack_weights(w))
-    sums_in_table = sums_in_table and op != "hybrid_depthwise_conv2d"
-    table = aligned(nn.hybrid_table(d, scales, bias, w if sums_in_table else None))
-    scratch = np.zeros(nn.hybrid_scratch_bytes(d, sums_in_table) // 4, np.float32)   # parameters, windows, sums
+    sums = op != "hybrid_depthwise_conv2d" and bool(d["asymmetric"])   # a symmetric zero point needs none
+    table = aligned(nn.hybrid_table(d, scales, bias, w if sums and sums_in_table else None))
+    scratch = np.zeros(nn.hybrid_scratch_bytes(d, sums=sums and not sums_in_table) // 4, np.float32)
     x_shape = d["x"]
     batches = math.prod(x_shape[:-1]) if op == "hybrid_dense" else x_shape[0]
     c = ctypes.c_uint32
@@ -779,7 +779,7 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0, sums_in_table
     col = ptr(scratch[3 * batches:])
     if op != "hybrid_depthwise_conv2d":
         prm = nn._hybrid_dense_params(d) if op == "hybrid_dense" else nn._convf_params(d, False)
-        prm["flags"] |= 128 if sums_in_table else 0                                # TMS_F_SUMS
+        prm["flags"] |= 128 if sums and sums_in_table else 0                       # TMS_F_SUMS
         lib.tms_hconv_f32(ctypes.byref(ConvF(**prm)), ptr(xa), ptr(packed), ptr(table), ptr(y), ptr(scratch), col)
     else:
         lib.tms_hdwconv_f32(ctypes.byref(ConvF(**nn._convf_params(d, False))), ptr(xa), ptr(packed), ptr(table),

@@ -283,24 +283,20 @@ def _split_pipeline(target, method, time_limit, alignment, progress, options):
     return p.passes[:f + 1], p.passes[f + 1:i], p.reorder, p.passes[i + 1:k], tvm_planner
 
 
-#: library kernels whose weight sums are computed per call into scratch unless that enlarges the arena
-SUMS_IN_SCRATCH_OPS = ("hybrid_conv2d", "hybrid_dense")
-
-
 def _place_weight_sums(library: dict, plan_ours, first):
     """Where each hybrid convolution's (and fully connected layer's) weight sums live: computed per call into
     its scratch (no flash), unless that makes the arena larger than with every sum in flash (4 bytes a
     channel); then in flash for the kernels whose calls' scratch reaches above that arena, until the arena is
     no larger. ``first``: ``plan_ours(library)`` with every sum in scratch. Returns the chosen plan."""
-    movable = [k for k in library.values() if k.op in SUMS_IN_SCRATCH_OPS]
+    movable = [k for k in library.values() if k.needs_weight_sums]
     kmod, planned, rep, ws = first
-    tables = {n: (dict(vars(k))) for n, k in library.items()}
+    before = {n: dict(vars(k)) for n, k in library.items()}
     for k in movable:
         k.put_sums_in_table()
     flash_plan = plan_ours(library)
     floor = flash_plan[2].total_bytes
     for n, k in library.items():            # back to every sum in scratch
-        vars(k).update(tables[n])
+        vars(k).update(before[n])
     if rep.total_bytes <= floor:
         return kmod, planned, rep, ws
     for _ in range(len(movable)):
@@ -529,7 +525,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         """Our program with the kernels of ``library`` by the microkernel library: (program, kernel module,
         planner report, live-peak bound, workspace function)."""
         kmod, planned, rep, ws = plan_ours(library)
-        if any(k.op in SUMS_IN_SCRATCH_OPS for k in library.values()):
+        if any(k.needs_weight_sums and not k.sums_in_table for k in library.values()):
             kmod, planned, rep, ws = _place_weight_sums(library, plan_ours, (kmod, planned, rep, ws))
         ncalls = sum(1 for c in _iter_calls(planned["main"]))
         workspace = [(off, size) for _, _, off, size in rep.workspace] if rep.workspace else [(0, 0)] * ncalls

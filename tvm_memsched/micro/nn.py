@@ -94,11 +94,17 @@ class NnKernel:
         reads them from TVM's C: its scratch, taken whole from the call's region."""
         return [("alloc", self.col_bytes)] if self.col_bytes else []
 
+    @property
+    def needs_weight_sums(self) -> bool:
+        """A hybrid convolution or fully connected layer quantizing asymmetrically: its zero point's share
+        ``zp * sum(w)`` needs each output channel's sum of weights (a symmetric one's zero point is 0)."""
+        return self.op in ("hybrid_conv2d", "hybrid_dense") and bool(self.desc["asymmetric"])
+
     def put_sums_in_table(self) -> None:
         """A hybrid convolution's or fully connected layer's weight sums in its flash table (4 bytes a
         channel) instead of computed per call into scratch (as many bytes of RAM while it runs)."""
         self.sums_in_table = True
-        self.col_bytes = hybrid_scratch_bytes(self.desc, sums_in_table=True)
+        self.col_bytes = hybrid_scratch_bytes(self.desc)
 
     @property
     def constant_args(self) -> tuple:
@@ -172,8 +178,8 @@ def select(mod, names) -> dict:
             continue
         k = NnKernel(name, desc["op"], desc)
         if k.op in HYBRID_OPS:
-            k.col_bytes = hybrid_scratch_bytes(desc)
-            if k.op != "hybrid_depthwise_conv2d" and math.prod(desc["y"][:-1]) < SUMS_MIN_POSITIONS:
+            k.col_bytes = hybrid_scratch_bytes(desc, sums=k.needs_weight_sums)
+            if k.needs_weight_sums and math.prod(desc["y"][:-1]) < SUMS_MIN_POSITIONS:
                 k.put_sums_in_table()       # computing the sums would take about as long as the call itself
         elif k.op == "conv2d":
             kh, kw, ic = desc["w"][1], desc["w"][2], desc["w"][3]
@@ -269,20 +275,20 @@ def channel_table(desc: dict, weights: np.ndarray, table: np.ndarray | None) -> 
     return ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)   # the bias wraps like int32 sums
 
 
-def hybrid_scratch_bytes(desc: dict, sums_in_table: bool = False) -> int:
+def hybrid_scratch_bytes(desc: dict, sums: bool = False) -> int:
     """Scratch bytes a hybrid kernel takes: every batch's parameters (12 bytes each; a fully connected
     layer's batches are its rows), then a convolution's (or fully connected layer's) two quantized windows
-    and, unless its table holds them, each output channel's sum of weights (int32, an even number of them).
+    and, with ``sums`` (computed per call: ``NnKernel.needs_weight_sums`` and not in its table), each output
+    channel's sum of weights (int32, an even number of them).
 
-    >>> hybrid_scratch_bytes({"op": "hybrid_dense", "x": [2, 10], "w": [3, 10]})
+    >>> hybrid_scratch_bytes({"op": "hybrid_dense", "x": [2, 10], "w": [3, 10]}, sums=True)
     64
     """
     op, x = desc["op"], desc["x"]
     if op == "hybrid_depthwise_conv2d":
         return 12 * x[0]
     batches, k = (math.prod(x[:-1]), x[-1]) if op == "hybrid_dense" else (x[0], math.prod(desc["w"][1:]))
-    sums = 0 if sums_in_table else 4 * (-(-desc["w"][0] // 2) * 2)
-    return 12 * batches + 2 * (-(-k // 4) * 4) + sums
+    return 12 * batches + 2 * (-(-k // 4) * 4) + (4 * (-(-desc["w"][0] // 2) * 2) if sums else 0)
 
 
 def hybrid_table(desc: dict, scales: np.ndarray, bias: np.ndarray | None, weights=None) -> np.ndarray:

@@ -1463,10 +1463,10 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
   const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, OC = p->out_c;
   const int32_t npix = p->out_h * p->out_w, in_len = p->in_h * p->in_w * p->in_c;
   const int asym = TMS_HYBRID_ASYM(p->flags & TMS_F_ASYM);
-  /* each output channel's sum of weights: in the table after the biases (TMS_F_SUMS), else computed once per
-   * call after the two windows */
+  /* each output channel's sum of weights, for an asymmetric zero point: in the table after the biases
+   * (TMS_F_SUMS), else computed once per call after the two windows (a symmetric zero point is 0) */
   const tms_i32a_t* sums = (const tms_i32a_t*)tab + 2 * OC;
-  if (!(p->flags & TMS_F_SUMS)) {
+  if (asym && !(p->flags & TMS_F_SUMS)) {
     int32_t* s = (int32_t*)(uintptr_t)(col + 2 * K4);
     weight_sums(w, OC, K4, s);
     sums = s;
@@ -1492,7 +1492,7 @@ void tms_hconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, const 
           dot_2x2(col, wp, K4, acc);
         else
           dot_1x2(col, 8, wp, K4, acc);
-        const int32_t z0 = h.zp * sums[c], z1 = n1 ? h.zp * sums[c + 1] : 0;
+        const int32_t z0 = asym ? h.zp * sums[c] : 0, z1 = asym && n1 ? h.zp * sums[c + 1] : 0;
         y0[c] = hybrid_out(fl, flo, fhi, tab, OC, c, acc[0] - z0, h.sx);
         if (n1) y0[c + 1] = hybrid_out(fl, flo, fhi, tab, OC, c + 1, acc[1] - z1, h.sx);
         if (two) {

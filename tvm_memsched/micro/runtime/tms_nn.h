@@ -126,7 +126,8 @@ void tms_quant_params_f32(uint32_t batches, uint32_t len, int32_t asymmetric, co
  * with TMS_F_WFIRST, else sum * (weight scale * input scale), plus the bias (TMS_F_BIAS), clamped (TMS_F_LO,
  * TMS_F_HI). tab (4-byte aligned): C weight scales, C biases, then (TMS_F_SUMS; not the depthwise one) each
  * output channel's sum of weights, int32. col (4-byte aligned): the two quantized windows (TMS_CONV_COL_BYTES),
- * then, without TMS_F_SUMS, C int32 (C rounded up to even) for the sums, computed per call. A fully connected
+ * then, with TMS_F_ASYM and without TMS_F_SUMS, C int32 (C rounded up to even) for the sums, computed per call
+ * (a symmetric zero point, 0, needs no sums). A fully connected
  * layer is a 1 x 1 convolution of 1 x 1 images, one batch per row (each row quantized with its own
  * parameters). */
 #define TMS_F_WFIRST 32
