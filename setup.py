@@ -8,7 +8,7 @@ ILP = ["ortools==9.15.6755"]
 TFLITE = ["ai-edge-litert==2.3.0", "tflite-micro==0.dev20261023182759"]
 PLOT = ["matplotlib>=3.7"]
 TORCH = ["torch==2.13.0"]
-ONNX = ["onnx==1.23.2"]   # .onnx models (relax.frontend.onnx)
+ONNX = ["onnx==1.23.2", "onnxruntime==1.32.0"]   # .onnx models (relax.frontend.onnx); onnxruntime: the reference
 ALL = TVM + ILP + TFLITE + PLOT + ONNX
 # pymicro-wakeword: real streaming .tflite models (microWakeWord, Apache-2.0) for tests/test_wakeword.py
 TEST = ALL + TORCH + ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "pymicro-wakeword==2.5.0"]

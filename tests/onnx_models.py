@@ -64,3 +64,42 @@ def unsupported_model() -> bytes:
     """:func:`zoo_ops_model` ending in two operators TVM's ONNX frontend does not know."""
     return zoo_ops_model(batch=1, extra_nodes=[helper.make_node("FancyOp", ["y"], ["y2"]),
                                                helper.make_node("Celu", ["y2"], ["y3"])])
+
+
+def recurrent_model(kind: str, *, direction: str = "forward", layout: int = 0, bias: bool = True,
+                    state_inputs: bool = True, peepholes: bool = False, seq: int = 4, batch: int = 2,
+                    inputs: int = 3, hidden: int = 5, seed: int = 0, opset: int = 14, **attrs) -> bytes:
+    """One ONNX ``LSTM``/``GRU``/``RNN`` node with random weights; ``state_inputs``: initial states as graph
+    inputs ``h0`` (and ``c0``), outputs ``Y``, ``Y_h`` (and ``Y_c``); ``attrs``: further node attributes."""
+    rng = np.random.default_rng(seed)
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
+    dirs = 2 if direction == "bidirectional" else 1
+    f32 = np.float32
+    inits = [_init("W", rng.uniform(-1, 1, (dirs, gates * hidden, inputs)).astype(f32)),
+             _init("R", rng.uniform(-1, 1, (dirs, gates * hidden, hidden)).astype(f32))]
+    names = ["X", "W", "R", ""]
+    if bias:
+        inits.append(_init("B", rng.uniform(-1, 1, (dirs, 2 * gates * hidden)).astype(f32)))
+        names[3] = "B"
+    xs = [seq, batch, inputs] if layout == 0 else [batch, seq, inputs]
+    hs = [dirs, batch, hidden] if layout == 0 else [batch, dirs, hidden]
+    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, xs)]
+    names.append("")                                     # sequence_lens
+    states = ["h0", "c0"] if kind == "LSTM" else ["h0"]
+    for s in states:
+        names.append(s if state_inputs else "")
+        if state_inputs:
+            graph_inputs.append(helper.make_tensor_value_info(s, TensorProto.FLOAT, hs))
+    if peepholes:
+        inits.append(_init("P", rng.uniform(-1, 1, (dirs, 3 * hidden)).astype(f32)))
+        names.append("P")
+    while names[-1] == "":
+        names.pop()
+    outs = ["Y", "Y_h"] + (["Y_c"] if kind == "LSTM" else [])
+    node_attrs = dict(hidden_size=hidden, direction=direction, **attrs)
+    if layout:
+        node_attrs["layout"] = 1
+    node = helper.make_node(kind, names, outs, **node_attrs)
+    g = helper.make_graph([node], kind.lower(), graph_inputs,
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()

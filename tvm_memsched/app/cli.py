@@ -124,7 +124,7 @@ def cmd_compare(args) -> int:
         if tiled is not None:
             untiled, mod = untiled_mod, tiled
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
-                progress=progress_for(args), run=not args.no_run, reference=_litert_reference(args.model, mod),
+                progress=progress_for(args), run=not args.no_run, reference=_reference(args.model, mod),
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
                 layout=args.layout, inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
     print(c.summary())
@@ -155,11 +155,14 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _litert_reference(spec: str, mod):
-    """``(name, run)`` running a ``.tflite`` spec in LiteRT's reference kernels on compare's inputs, or None
-    (not a .tflite, a stateful model whose inputs differ, or no LiteRT)."""
+def _reference(spec: str, mod):
+    """``(name, run)`` running the model file in the runtime it was made for, on compare's inputs: a
+    ``.tflite`` in LiteRT's reference kernels, an ``.onnx`` in onnxruntime (CPU); None where there is none
+    (a ``.pt2``, a stateful model whose inputs differ, the runtime not installed or refusing the file)."""
     from .models import parse_zoo_spec
 
+    if spec.lower().endswith(".onnx"):
+        return _onnxruntime_reference(spec, mod)
     z = parse_zoo_spec(spec)
     if z is not None and z[1] != "float32":
         from .. import zoo
@@ -182,6 +185,27 @@ def _litert_reference(spec: str, mod):
         return list(litert_run_sequence(buf, [list(inputs)], reference_kernels=True)[0].values())
 
     return "LiteRT (reference kernels)", run
+
+
+def _onnxruntime_reference(path: str, mod):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    try:
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - onnxruntime refuses the file: no reference, compare still runs
+        return None
+    names = [i.name for i in session.get_inputs()]
+    if len(names) != len(mod["main"].params):
+        return None
+
+    def run(inputs):
+        return session.run(None, dict(zip(names, inputs)))
+
+    return "onnxruntime (CPU)", run
 
 
 def _tiled_vs_untiled(untiled, tiled, target, run: bool = True) -> tuple[bool, str]:

@@ -392,7 +392,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             lsb = _max_abs_diff(a, b)
             ref = ours_mod if untiled else lower_int8(mod)[0]
             a = run_vm(tvm.compile(ref, target), inputs)
-        numerics_ok = len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, rtol=rtol, atol=atol)
+        numerics_ok = len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True)
                                                for x, y in zip(a, b))
         diff = _max_abs_diff(a, b)
         if reference is not None:
@@ -456,8 +456,18 @@ def _rounded(seconds: dict) -> dict:
 
 
 def _max_abs_diff(a, b) -> float:
-    return max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b)
-                if x.size and x.shape == y.shape), default=0.0)
+    """Largest element difference of two output lists; NaN against NaN and an infinity against the same
+    infinity count as equal (a logarithm of a negative input is NaN in every runtime), NaN against a
+    number as infinitely far."""
+    def diff(x, y):
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            d = np.abs(x - y)
+        d[(np.isnan(x) & np.isnan(y)) | (x == y)] = 0.0
+        d[np.isnan(d)] = np.inf
+        return float(np.max(d))
+
+    return max((diff(x, y) for x, y in zip(a, b) if x.size and x.shape == y.shape), default=0.0)
 
 
 def _profile(graphs) -> list[int]:

@@ -32,13 +32,17 @@ from ...core.errors import UnsupportedError
 from ...core.limits import check_tensor_bytes
 from ..ir import static_nbytes, static_shape
 
-__all__ = ["bind_input_shapes", "check_static", "shape_text"]
+__all__ = ["bind_input_shapes", "check_static", "shape_text", "ANY_DIM"]
+
+#: suffix of the names given to dimensions a file leaves unnamed (ONNX -1 or 0); shown as ``?``
+ANY_DIM = "__any"
 
 
 def shape_text(shape) -> str:
-    """``1x3x224x224`` for a shape (symbolic dimensions by name)."""
-    return "x".join(str(int(d)) if isinstance(d, (int, tvm.tirx.IntImm)) else str(d) for d in shape) \
-        if len(shape) else "scalar"
+    """``1x3x224x224`` for a shape (symbolic dimensions by name; unnamed ones, written -1 or 0 in the file,
+    as ``?``)."""
+    return "x".join(str(int(d)) if isinstance(d, (int, tvm.tirx.IntImm)) else
+                    "?" if str(d).endswith(ANY_DIM) else str(d) for d in shape) if len(shape) else "scalar"
 
 
 def _dims(ty) -> list | None:

@@ -27,16 +27,63 @@ R.Tensor((1, 3, 8, 8), dtype="float32")
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 
 from ...core.errors import InputFileError, UnsupportedError, last_line
-from .input_shapes import check_static
+from .input_shapes import ANY_DIM, check_static
 from .native_log import quiet_import
 from .onnx_data import check_activation_sizes, resolve_tensors
 from .onnx_fold import fold_shapes
 
-__all__ = ["from_onnx_bytes"]
+__all__ = ["from_onnx_bytes", "unknown_dims_to_symbols"]
+
+
+@contextlib.contextmanager
+def _our_converters():
+    """TVM's ONNX operator table with the operators it lacks (:mod:`.onnx_recurrent`), for the block."""
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    from .onnx_recurrent import recurrent_converters
+
+    original = onnx_frontend._get_convert_map
+    ours = recurrent_converters()
+
+    def convert_map():
+        return {**original(), **ours}
+
+    onnx_frontend._get_convert_map = convert_map
+    try:
+        yield
+    finally:
+        onnx_frontend._get_convert_map = original
+
+
+def unknown_dims_to_symbols(model) -> int:
+    """Give every dimension an exporter wrote as ``-1`` or ``0`` ("any size", as Paddle and some TensorFlow
+    exporters write it; onnxruntime takes any size there) a symbolic name, in place, on the graph's inputs,
+    outputs and value infos: ``--input-shape`` then binds it like a named dimension. Returns how many.
+
+    >>> import onnx
+    >>> from onnx import TensorProto, helper
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 0, 8])
+    >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    >>> m = helper.make_model(g)
+    >>> unknown_dims_to_symbols(m), [d.dim_param for d in m.graph.input[0].type.tensor_type.shape.dim]
+    (2, ['x_0__any', '', 'x_2__any', ''])
+    """
+    n = 0
+    for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if t is None or not t.HasField("shape"):
+            continue
+        for i, d in enumerate(t.shape.dim):
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                d.dim_param = f"{vi.name}_{i}{ANY_DIM}"        # clears dim_value (a oneof)
+                n += 1
+    return n
 
 
 def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model", base_dir: str | None = None):
@@ -61,6 +108,7 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
     if not len(model.opset_import):
         raise InputFileError(f"{what} is not a complete ONNX model (no opset_import; truncated file?)")
     resolve_tensors(model, base_dir, what)
+    unknown_dims_to_symbols(model)
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]
     unknown = sorted(set(input_shapes or {}) - set(inputs))
@@ -80,7 +128,7 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
     check_activation_sizes(model, what)
 
     def run():
-        with warnings.catch_warnings():    # TVM re-warns what onnx's checker says about untyped outputs
+        with warnings.catch_warnings(), _our_converters():  # TVM re-warns what onnx's checker says
             warnings.simplefilter("ignore")
             return from_onnx(model, shape_dict=shape_dict or None)
 
