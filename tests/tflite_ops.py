@@ -113,3 +113,32 @@ def options(cls, **fields):
 def const_i32(name, values):
     return lambda mb: mb.tensor(name, [len(values)] if np.ndim(values) else [], np.int32,
                                 data=np.array(values, np.int32))
+
+
+def sequence_lstm(rng, *, steps=3, batch=2, n_in=3, n_cell=4, n_out=None, cifg=False, peephole=False,
+                  projection=False, layer_norm=False, time_major=False, cell_clip=0.0, proj_clip=0.0, act=4):
+    """A float UNIDIRECTIONAL_SEQUENCE_LSTM in each of TFLite's forms (the converter writes only Keras'):
+    coupled input gate (``cifg``), peepholes, projection (``n_out`` outputs), layer normalisation, time-major
+    input, cell and projection clipping; its two states are variable tensors, as the converter writes them."""
+    mb = ModelBuilder()
+    n_out = n_out or (n_cell if not projection else n_cell - 1)
+    x = mb.tensor("x", [steps, batch, n_in] if time_major else [batch, steps, n_in])
+
+    def w(name, shape, on=True):
+        return mb.tensor(name, shape, data=rng.uniform(-0.6, 0.6, shape).astype(np.float32)) if on else -1
+
+    ins = [x]
+    ins += [w(f"wx_{g}", [n_cell, n_in], not (cifg and g == "i")) for g in "ifco"]
+    ins += [w(f"wh_{g}", [n_cell, n_out], not (cifg and g == "i")) for g in "ifco"]
+    ins += [w(f"peep_{g}", [n_cell], peephole and not (cifg and g == "i")) for g in "ifo"]
+    ins += [w(f"b_{g}", [n_cell], not (cifg and g == "i")) for g in "ifco"]
+    ins += [w("proj", [n_out, n_cell], projection), w("proj_b", [n_out], projection)]
+    for name, n in (("h", n_out), ("c", n_cell)):
+        ins.append(mb.tensor(name, [batch, n]))
+        mb.tensors[-1].isVariable = True
+    ins += [w(f"ln_{g}", [n_cell], layer_norm and not (cifg and g == "i")) for g in "ifco"]
+    y = mb.tensor("y", [steps, batch, n_out] if time_major else [batch, steps, n_out])
+    o = options(tfl.UnidirectionalSequenceLSTMOptionsT, fusedActivationFunction=act, cellClip=cell_clip,
+                projClip=proj_clip, timeMajor=time_major)
+    mb.op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [y], O.UnidirectionalSequenceLSTMOptions, o, version=1)
+    return mb.finish([x], [y])

@@ -125,6 +125,7 @@ def cmd_compare(args) -> int:
             untiled, mod = untiled_mod, tiled
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
                 progress=progress_for(args), run=not args.no_run, reference=_reference(args.model, mod),
+                inputs=_initial_state_inputs(mod),
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
                 layout=args.layout, inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
     print(c.summary())
@@ -173,18 +174,38 @@ def _reference(spec: str, mod):
             buf = f.read()
     else:
         return None
+    from ..relax.frontends.tflite_state import states
+
+    n_states = len(states(mod))
     try:
         from ..tflite.verify import litert_interpreter, litert_run_sequence
 
-        if len(litert_interpreter(buf).get_input_details()) != len(mod["main"].params):
+        if len(litert_interpreter(buf).get_input_details()) + n_states != len(mod["main"].params):
             return None
     except (MemschedError, ImportError):
         return None
 
-    def run(inputs):
-        return list(litert_run_sequence(buf, [list(inputs)], reference_kernels=True)[0].values())
+    def run(inputs):   # a stateful model: one invocation from the initial state (compare's inputs give it)
+        n = len(inputs) - n_states
+        return list(litert_run_sequence(buf, [list(inputs)[:n]], reference_kernels=True)[0].values())
 
     return "LiteRT (reference kernels)", run
+
+
+def _initial_state_inputs(mod):
+    """compare's inputs for a stateful model: random inputs, the states at their initial values (what the
+    reference runtime starts from); None (random everything) for a stateless one."""
+    from ..relax.frontends.tflite_state import states
+
+    spec = states(mod)
+    if not spec:
+        return None
+    from ..relax.compare import random_inputs
+
+    inputs = random_inputs(mod["main"], 0)
+    for s in spec:
+        inputs[s.param] = s.init
+    return inputs
 
 
 def _onnxruntime_reference(path: str, mod):

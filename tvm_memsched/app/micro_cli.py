@@ -257,17 +257,19 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
         print(f"tvm-memsched: error: outputs differ from {r.reference_name}'s (max abs error {r.max_abs_err:.3g})",
               file=sys.stderr)
         code = 1
-    if tfl is not None and not exp.states:
-        chk = check_against_tflite(tfl, sequence[0], r.outputs, tflm=tflm)
+    if tfl is not None:
+        chk = check_against_tflite(tfl, sequence[0], r.outputs, tflm=tflm,
+                                   **({"sequence": sequence, "outputs_sequence": r.sequence} if exp.states else {}))
         report["tflite_check"] = chk
         lt = chk["litert_ref"]
         lite = "bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"
+        calls = f" over {chk['invocations']} invocations" if chk["invocations"] > 1 else ""
         if tflm:
             t = chk["tflm"]
-            print(f"vs TFLite Micro: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
+            print(f"vs TFLite Micro{calls}: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
                   f" ({'ok' if chk['ok'] else 'MISMATCH'}); vs LiteRT reference kernels: {lite}")
         else:
-            print(f"vs LiteRT reference kernels: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
+            print(f"vs LiteRT reference kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
         if not chk["ok"]:
             print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if tflm else 'LiteRT'}'s",
                   file=sys.stderr)

@@ -99,7 +99,7 @@ def _agree(outputs, reference, rtol: float, atol: float) -> bool:
 
 
 def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, atol: float = 1e-4,
-                         tflm: bool = True) -> dict:
+                         tflm: bool = True, sequence=None, outputs_sequence=None) -> dict:
     """Compare ``outputs`` (ours, for ``inputs`` in the file's input order) with TFLite Micro and LiteRT.
 
     Integer outputs must be bit-identical to TFLite Micro's (``ok``); float
@@ -107,23 +107,31 @@ def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, ato
     are reported alongside (they differ from TFLite Micro's in a few places,
     e.g. FULLY_CONNECTED rescales in double there). ``tflm=False`` (a file TFLite
     Micro refuses, :func:`tflm_refuses`): LiteRT's reference kernels decide ``ok``.
+    ``sequence`` / ``outputs_sequence``: several invocations of a stateful model (its inputs and our
+    outputs per invocation, ``inputs``/``outputs`` ignored), each runtime invoked on one interpreter in turn
+    so that its state carries over; every invocation is compared.
     """
-    from ..tflite.verify import litert_run_sequence, tflm_run
+    from ..tflite.verify import litert_run_sequence, tflm_run_sequence
 
-    feeds = dict(zip(_names(buf), inputs))
+    names = _names(buf)
+    if sequence is None:
+        sequence, outputs_sequence = [inputs], [outputs]
+    feeds = [dict(zip(names, x)) for x in sequence]
+    ours = [np.asarray(o) for outs in outputs_sequence for o in outs]
     out = {}
-    lite = list(litert_run_sequence(bytes(buf), [feeds], reference_kernels=True)[0].values())
-    d2, same2 = _diff(outputs, lite)
+    lite = [v for r in litert_run_sequence(bytes(buf), feeds, reference_kernels=True) for v in r.values()]
+    d2, same2 = _diff(ours, lite)
     out["litert_ref"] = {"max_abs_diff": d2, "identical": same2}
     if tflm:
-        ref = [np.asarray(o) for o in tflm_run(bytes(buf), feeds)]
-        d, same = _diff(outputs, ref)
-        ok = _agree(outputs, ref, rtol, atol)
+        ref = [np.asarray(o) for r in tflm_run_sequence(bytes(buf), feeds) for o in r]
+        d, same = _diff(ours, ref)
+        ok = _agree(ours, ref, rtol, atol)
         out["tflm"] = {"max_abs_diff": d, "identical": same, "ok": bool(ok)}
     else:
-        ok = _agree(outputs, lite, rtol, atol)
+        ok = _agree(ours, lite, rtol, atol)
         out["litert_ref"]["ok"] = bool(ok)
     out["ok"] = bool(ok)
+    out["invocations"] = len(feeds)
     return out
 
 

@@ -79,6 +79,7 @@ class OperatorConverter(_TVMConverter):
             self.convert_map[name] = self._or_hybrid(name, self.convert_map[name])
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
+        self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
         for name, convert in list(self.convert_map.items()):
             self.convert_map[name] = self._declared_shape(name, convert)
         self.conversion_state.setdefault("tvm_memsched_states", {})
@@ -226,6 +227,40 @@ class OperatorConverter(_TVMConverter):
         st = self._state(key)
         st["current"], st["assigned"] = self.get_tensor_expr(value), True
         return None
+
+    # ------------------------------------------------------------ variable tensors (LSTM states)
+    def variable_state(self, tw, shape) -> relax.Expr:
+        """The current value of the variable tensor ``tw`` (an LSTM's output or cell state, which the
+        runtimes keep from one invocation to the next): on first use the state before the invocation,
+        initialised from the file (zeros; the zero point of a quantized tensor, as TFLite resets it)."""
+        if not tw.tensor.IsVariable():
+            return self.get_tensor_expr(tw)
+        key = ("", _name(tw))
+        st = self._state(key)
+        if st["current"] is None:
+            dtype = self.get_tensor_type_str(tw.tensor.Type())
+            data = tw.buffer.DataAsNumpy() if tw.buffer is not None and tw.buffer.DataLength() else None
+            if data is not None:
+                init = np.frombuffer(data, dtype).reshape(shape)
+            else:
+                zp = int(tw.tensor.Quantization().ZeroPoint(0)) if tw.qnn_params is not None and \
+                    tw.tensor.Quantization().ZeroPointLength() else 0
+                init = np.full(shape, zp, dtype)
+            var = relax.Var(f"state_{_ident(key[1])}", relax.TensorType(list(shape), dtype))
+            st.update(param=var, current=var, init=relax.const(np.ascontiguousarray(init), dtype))
+        return st["current"]
+
+    def assign_variable_state(self, tw, value) -> None:
+        """Make ``value`` the current value of the variable tensor ``tw``."""
+        if tw.tensor.IsVariable():
+            st = self._state(("", _name(tw)))
+            st["current"], st["assigned"] = value, True
+
+    def convert_sequence_lstm(self, op):
+        """UNIDIRECTIONAL_SEQUENCE_LSTM, unrolled (:mod:`.tflite_lstm`)."""
+        from .tflite_lstm import sequence_lstm
+
+        return sequence_lstm(self, op)
 
     def _state(self, key) -> dict:
         states = self.conversion_state["tvm_memsched_states"]

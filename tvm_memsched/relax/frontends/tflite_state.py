@@ -58,9 +58,16 @@ class StateVar:
 
 
 def is_stateful_tflite(model, converter) -> bool:
-    """True if subgraph 0 of the ``tflite.Model`` ``model`` uses resource variables or ``CALL_ONCE``."""
+    """True if subgraph 0 of the ``tflite.Model`` ``model`` uses resource variables or ``CALL_ONCE``, or an
+    operator reads a variable tensor (an LSTM's states, which the runtimes keep between invocations)."""
     sg = model.Subgraphs(0)
-    return any(converter.get_op_code_str(sg.Operators(i)) in _STATE_OPS for i in range(sg.OperatorsLength()))
+    for i in range(sg.OperatorsLength()):
+        op = sg.Operators(i)
+        if converter.get_op_code_str(op) in _STATE_OPS:
+            return True
+        if any(t >= 0 and sg.Tensors(t).IsVariable() for t in op.InputsAsNumpy()):
+            return True
+    return False
 
 
 def import_stateful(model, converter_cls):
