@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import tvm
 
+from . import legalize  # noqa: F401 - registers the legalizations TVM lacks (NHWC conv2d_transpose)
 from .int8.lower import IntegerLowering
 from .passes.layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
 from .passes.inline_producers import InlineProducers

@@ -51,6 +51,8 @@ def _read(path: str) -> bytes:
 def from_file(path: str, input_shapes: dict | None = None):
     """Import the model file ``path`` (``.tflite``, ``.onnx`` or ``.pt2``) into Relax (see the module docstring)."""
     ext = os.path.splitext(path)[1].lower()
+    if ext in MODEL_EXTENSIONS:
+        from .. import legalize  # noqa: F401 - what is imported can be built by plain tvm.compile too
     if ext not in MODEL_EXTENSIONS:
         raise UnsupportedError(f"unsupported model file '{path}': expected {', '.join(MODEL_EXTENSIONS[:-1])} "
                                f"or {MODEL_EXTENSIONS[-1]}")

@@ -34,7 +34,7 @@ from tvm import te, tirx
 from ..ir import model_macs, strip_attrs
 from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
 
-__all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d",
+__all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d", "transpose_conv2d",
            "mean", "quantize", "prelu", "softmax", "schedule_reductions", "finish", "OPAQUE"]
 
 #: TVM's ``OpPatternKind::kOpaque``
@@ -258,6 +258,42 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
             "requant": _requant_desc(requant), "has_bias": has_bias,
             "dtypes": [in_dtype, w_dtype, out_dtype]}
     return finish(params + [y], name, reduce_into="y", describe=desc)
+
+
+def transpose_conv2d(x_shape, w_shape, out_shape, *, strides, padding, in_offset: int, requant: Requant,
+                     has_bias: bool, in_dtype: str = "int8", out_dtype: str = "int8",
+                     name: str = "transpose_conv_int8") -> tvm.tirx.PrimFunc:
+    """TRANSPOSE_CONV, NHWC, ``w`` OHWI: each output element gathers the int32 products TFLite's kernel
+    scatters into its scratch (integer sums: the order does not matter), then bias and requantization."""
+    from ..legalize.conv2d_transpose import conv2d_transpose_nhwc
+
+    x = te.placeholder(x_shape, in_dtype, "x")
+    w = te.placeholder(w_shape, "int8", "w")
+    oc_ = out_shape[3]
+    params, table = [x, w], channel_table(oc_, has_bias, requant)
+    params += [table] if table is not None else []
+    shifted = _Offset(x, in_offset)
+    pt, pl = padding[0], padding[1]
+    pb = (x_shape[1] - 1) * strides[0] - pt + w_shape[1] - out_shape[1]
+    pr = (x_shape[2] - 1) * strides[1] - pl + w_shape[2] - out_shape[2]
+    acc = conv2d_transpose_nhwc(shifted, w, strides, (pt, pl, pb, pr), (0, 0), (1, 1), "OHWI", "int32", "int32")
+    chain = Chain(out_shape)
+    total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
+    y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
+    desc = {"op": "transpose_conv2d", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape),
+            "strides": list(strides), "padding": list(padding), "in_offset": in_offset,
+            "requant": _requant_desc(requant), "has_bias": has_bias, "dtypes": [in_dtype, "int8", out_dtype]}
+    return finish(params + [y], name, reduce_into="y", describe=desc)
+
+
+class _Offset:
+    """``int32(x) + offset`` read element by element (no int32 copy of ``x``)."""
+
+    def __init__(self, x, offset: int):
+        self.x, self.offset, self.shape, self.dtype = x, offset, x.shape, "int32"
+
+    def __getitem__(self, idx):
+        return cast_i32(self.x[idx]) + _i8(self.offset)
 
 
 def channel_table(channels: int, has_bias: bool, requant: Requant):

@@ -115,6 +115,13 @@ def _emit(em: _Emitter, m: Match):
                      in_offset=-qx.zp, requant=rq, has_bias=has_bias)
         return em.call(m, f, "dwconv_int8" if dm else "conv2d_int8",
                        [m.inputs[0], em.const(w)] + [em.const(a) for a in extra])
+    if op == "TRANSPOSE_CONV":
+        w = m.consts["weight"]
+        mults, shifts = P.conv_multipliers(qx.s, m.consts["w_scales"], m.qout.s)
+        rq, extra = _requant(mults, shifts, m.qout.zp, m.act, m.consts.get("bias"))
+        f = K.transpose_conv2d(_shape(m.inputs[0]), w.shape, oshape, strides=m.attrs["strides"],
+                               padding=m.attrs["padding"], in_offset=-qx.zp, requant=rq, has_bias="bias" in m.consts)
+        return em.call(m, f, "transpose_conv_int8", [m.inputs[0], em.const(w)] + [em.const(a) for a in extra])
     if op == "FULLY_CONNECTED":
         w = m.consts["weight"]
         has_bias = "bias" in m.consts

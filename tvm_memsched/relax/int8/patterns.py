@@ -283,8 +283,8 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
     from .params import act_range
 
     rng = act_range(act, qout.s, qout.zp, qmin, qmax)
-    for matcher in (_match_conv, _match_dense, _match_binary, _match_mean, _match_softmax, _match_concat,
-                    _match_prelu):
+    for matcher in (_match_conv, _match_transpose_conv, _match_dense, _match_binary, _match_mean, _match_softmax,
+                    _match_concat, _match_prelu):
         m = matcher(view, var, inner, qout)
         if m is not None:
             m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
@@ -401,6 +401,46 @@ def _match_conv(view: FunctionView, var, body, qout) -> Match | None:
     if bias is not None:
         consts["bias"] = bias.astype(np.int32)
     return Match(op, var, [x], [qx], qout, consts=consts, attrs=attrs)
+
+
+def _match_transpose_conv(view: FunctionView, var, body, qout) -> Match | None:
+    """TRANSPOSE_CONV: ``conv2d_transpose`` (NHWC, IOHW weights dequantized along O) [+ int32 bias]."""
+    bias = None
+    expr = body
+    add = view.call(body, "add")
+    if add is not None:
+        expr = add.args[0]
+        b = view.const_weight(add.args[1])
+        if b is None or b[0].dtype != np.int32:
+            return None
+        bias = b[0].reshape(-1)
+    c = view.call(expr, "nn.conv2d_transpose")
+    if c is None:
+        return None
+    a = c.attrs
+    if str(a.data_layout) != "NHWC" or str(a.out_layout) != "NHWC" or str(a.kernel_layout) != "IOHW" or \
+            int(a.groups) != 1 or any(int(d) != 1 for d in a.dilation) or any(int(p) for p in a.output_padding):
+        return None
+    d = view.dequantized(c.args[0])
+    wt = view.const_weight(c.args[1])
+    if d is None or wt is None or str(wt[0].dtype) not in INT_TYPES:
+        return None
+    x, qx = d
+    w, qw = wt                                        # I O H W
+    if np.any(qw.zero_point != 0) or (not qw.per_tensor and qw.axis != 1):
+        return None
+    oc = w.shape[1]
+    if bias is not None and bias.size != oc:
+        return None
+    scales = qw.scale if not qw.per_tensor else np.repeat(qw.scale, oc)
+    if scales.size != oc:
+        return None
+    consts = {"weight": np.ascontiguousarray(np.transpose(w, (1, 2, 3, 0))),      # O H W I, as TFLite stores it
+              "w_scales": scales.astype(np.float32)}
+    if bias is not None:
+        consts["bias"] = bias.astype(np.int32)
+    attrs = {"strides": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding)}
+    return Match("TRANSPOSE_CONV", var, [x], [qx], qout, consts=consts, attrs=attrs)
 
 
 def _match_dense(view: FunctionView, var, body, qout) -> Match | None:
