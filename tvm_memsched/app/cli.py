@@ -178,18 +178,45 @@ def _reference(spec: str, mod):
 
     n_states = len(states(mod))
     try:
-        from ..tflite.verify import litert_interpreter, litert_run_sequence
-
-        if len(litert_interpreter(buf).get_input_details()) + n_states != len(mod["main"].params):
-            return None
-    except (MemschedError, ImportError):
+        from ..tflite.verify import litert_run_sequence, tflm_run_sequence
+    except ImportError:
         return None
+    # the runtime that runs the file: LiteRT's reference kernels, else TFLite Micro (LiteRT lacks a few
+    # builtins TFLM has, such as CEIL); a runtime that cannot load the file is no reason to refuse it
+    runtimes = [("LiteRT (reference kernels)",
+                 lambda feeds: [list(r.values()) for r in litert_run_sequence(buf, feeds, reference_kernels=True)]),
+                ("TFLite Micro", lambda feeds: tflm_run_sequence(buf, [dict(enumerate(f)) for f in feeds]))]
+    probe = _zero_feeds(buf)
+    for name, runtime in runtimes:
+        try:
+            if probe is None or len(probe) + n_states != len(mod["main"].params):
+                return None
+            runtime([probe])
+        except (MemschedError, ImportError):
+            continue
 
-    def run(inputs):   # a stateful model: one invocation from the initial state (compare's inputs give it)
-        n = len(inputs) - n_states
-        return list(litert_run_sequence(buf, [list(inputs)[:n]], reference_kernels=True)[0].values())
+        def run(inputs, runtime=runtime):   # a stateful model: one invocation from the initial state
+            n = len(inputs) - n_states
+            return list(runtime([list(inputs)[:n]])[0])
 
-    return "LiteRT (reference kernels)", run
+        return name, run
+    return None
+
+
+def _zero_feeds(buf: bytes):
+    """Zero arrays for every input of the ``.tflite`` ``buf`` (read from the file, not from a runtime), or
+    None for an input type without a numpy form."""
+    import numpy as np
+
+    from ..tflite.builder import load
+
+    types = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_, 7: np.int16,
+             9: np.int8}
+    try:
+        sg = load(buf).subgraphs[0]
+        return [np.zeros([int(d) for d in sg.tensors[i].shape], types[sg.tensors[i].type]) for i in sg.inputs]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _initial_state_inputs(mod):

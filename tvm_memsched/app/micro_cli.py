@@ -262,7 +262,8 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
                                    **({"sequence": sequence, "outputs_sequence": r.sequence} if exp.states else {}))
         report["tflite_check"] = chk
         lt = chk["litert_ref"]
-        lite = "bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"
+        lite = "does not run the file" if lt.get("error") else \
+            "bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"
         calls = f" over {chk['invocations']} invocations" if chk["invocations"] > 1 else ""
         if tflm:
             t = chk["tflm"]

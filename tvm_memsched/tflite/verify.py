@@ -52,7 +52,7 @@ from ..core.errors import MemschedError, UnsupportedError
 
 __all__ = ["litert_interpreter", "litert_run", "litert_run_sequence", "random_inputs", "random_input_sequence",
            "compare_litert", "compare_tflm", "LiteRTComparison", "TflmArena", "tflm_arena", "tflm_run",
-           "tflm_run_sequence", "in_child", "capture_fd2"]
+           "tflm_run_sequence", "in_child", "capture_fd2", "TflmRefusal", "tflm_refusal"]
 
 
 # -------------------------------------------------------------------- LiteRT
@@ -312,6 +312,21 @@ class TflmArena:
         return asdict(self)
 
 
+class TflmRefusal(MemschedError):
+    """TFLite Micro refuses the model whatever its arena: an operator it lacks, a type its kernel does not
+    take (not a matter of size)."""
+
+
+def tflm_refusal(buf: bytes) -> str | None:
+    """Why TFLite Micro refuses ``buf`` whatever its arena (its message), or None if it allocates it (in a
+    child process, with an arena grown until the model fits)."""
+    try:
+        tflm_arena(buf, bisect=False)
+    except TflmRefusal as e:
+        return str(e).split("): ", 1)[-1]
+    return None
+
+
 def tflm_arena(buf: bytes, *, bisect: bool = True, arena_size: int | None = None) -> TflmArena:
     """Measure TFLM's arena for ``buf`` (see the module docstring); every TFLM call runs in a child.
 
@@ -325,7 +340,7 @@ def tflm_arena(buf: bytes, *, bisect: bool = True, arena_size: int | None = None
         if ok:
             break
         if not _out_of_memory(val) or size >= 1 << 30:
-            raise MemschedError(f"TFLM cannot allocate the model (arena {size} bytes): {val}")
+            raise TflmRefusal(f"TFLM cannot allocate the model (arena {size} bytes): {val}")
         size *= 2
     head, tail, total = val["head"], val["tail"], val["total"]
     if not bisect:
