@@ -93,6 +93,10 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
 
     def run():
         model = tflite.Model.GetRootAsModel(_per_tensor_dimension_zero(buf, tflite), 0)
+        if model.SubgraphsLength():
+            from .tflite_fold import static_shapes
+
+            model = tflite.Model.GetRootAsModel(static_shapes(bytes(model._tab.Bytes), model), 0)
         if model.SubgraphsLength() < 1:
             raise InputFileError(f"{what} has no subgraph")
         _check_offset_buffers(model, len(buf), what)

@@ -81,8 +81,34 @@ class OperatorConverter(_TVMConverter):
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
         for name, convert in list(self.convert_map.items()):
-            self.convert_map[name] = self._declared_shape(name, convert)
+            self.convert_map[name] = self._folded_or(self._declared_shape(name, convert))
         self.conversion_state.setdefault("tvm_memsched_states", {})
+        self.folded = {}
+        model = self.model
+        if self.subgraph is not None and model.SubgraphsLength() and \
+                self.subgraph._tab.Pos == model.Subgraphs(0)._tab.Pos:
+            from .tflite_fold import shape_values
+
+            self.folded = shape_values(bytes(model._tab.Bytes), model)
+
+    # ------------------------------------------------------------ shape arithmetic folded at import
+    def _folded_or(self, convert):
+        """``convert``, or the folded values of an operator whose outputs are all shape-only
+        (:mod:`.tflite_fold`)."""
+        def folded(op):
+            outs = [int(t) for t in op.OutputsAsNumpy()] if op.OutputsLength() else []
+            if outs and all(t in self.folded for t in outs):
+                consts = [relax.const(self.folded[t]) for t in outs]
+                return consts[0] if len(consts) == 1 else relax.Tuple(consts)
+            return convert(op=op)
+
+        return folded
+
+    def get_tensor_expr(self, tensor, is_sparse=False):
+        """TVM's, with folded shape arithmetic as constants."""
+        if tensor.tensor_idx in self.folded and not self.has_expr(tensor.tensor_idx):
+            return relax.const(self.folded[tensor.tensor_idx])
+        return super().get_tensor_expr(tensor, is_sparse)
 
     def get_tensors(self, tensors_idx_list):
         """TVM's tensor wrappers, with buffers stored after the flatbuffer read from the file bytes."""
@@ -301,6 +327,8 @@ class OperatorConverter(_TVMConverter):
                 return ret
             t = outs[0].tensor          # a TFLite tensor without dimensions is a scalar (TVM would read its data)
             declared = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
+            if self.get_tensor_type_str(t.Type()) == "complex64":
+                declared.append(2)      # TVM holds complex64 as float32 (real, imaginary) pairs
             signature = outs[0].tensor.ShapeSignatureAsNumpy() if outs[0].tensor.ShapeSignatureLength() else None
             if any(d < 0 for d in declared) or (signature is not None and any(int(d) < 0 for d in signature)):
                 return ret
@@ -405,6 +433,57 @@ class OperatorConverter(_TVMConverter):
         return R.reshape(R.permute_dims(x, axes), [batch * int(np.prod(block))] +
                          [p // b for p, b in zip(padded, block)] + rest)
 
+    def convert_reshape(self, op):
+        """RESHAPE to its shape operand's value - a constant, or shape arithmetic folded at import
+        (:mod:`.tflite_fold`) - else to the shape the file declares for its output; complex64 values keep
+        their (real, imaginary) axis."""
+        from tflite.ReshapeOptions import ReshapeOptions
+
+        ins, (out_t,) = self.get_input_tensors(op), self.get_output_tensors(op)
+        x_t = ins[0]
+        shape = None
+        if len(ins) > 1 and ins[1].tensor_idx >= 0 and (ins[1].tensor_idx in self.folded or
+                                                        not self.has_expr(ins[1].tensor_idx)):
+            shape = [int(d) for d in np.asarray(self.get_tensor_value(ins[1])).reshape(-1)]
+        elif len(ins) < 2 and op.BuiltinOptions() is not None:
+            o = ReshapeOptions()
+            o.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+            shape = [int(d) for d in o.NewShapeAsNumpy()] if o.NewShapeLength() else None
+        t = out_t.tensor
+        if shape is None:
+            if t.ShapeSignatureLength() and any(int(d) < 0 for d in t.ShapeSignatureAsNumpy()[1:]):
+                return super().convert_reshape(op)
+            shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
+        if x_t.qnn_params and out_t.qnn_params and not self.has_same_qnn_params(x_t, out_t):
+            raise ValueError(f"quantized RESHAPE with different input and output quantization (tensor "
+                             f"'{_name(out_t)}'); TFLite requires them equal")
+        if self.get_tensor_type_str(x_t.tensor.Type()) == "complex64":
+            shape = shape + [2]
+        return relax.op.reshape(self.get_tensor_expr(x_t), shape)
+
+    def convert_expand_dims(self, op):
+        """EXPAND_DIMS (TVM's converter passes ``relax.op.expand_dims`` an argument it does not take)."""
+        x_t, axis_t = self.get_input_tensors(op)
+        x = self.get_tensor_expr(x_t)
+        rank = len(self.bb.normalize(x).ty.shape.values)
+        axis = int(np.asarray(self.get_tensor_value(axis_t)).reshape(-1)[0])
+        if not -rank - 1 <= axis <= rank:
+            raise ValueError(f"EXPAND_DIMS axis {axis} out of range for rank {rank}")
+        return relax.op.expand_dims(x, axis if axis >= 0 else axis + rank + 1)
+
+    def convert_squeeze(self, op):
+        """SQUEEZE with its axes counted in TFLite's rank (a complex64 value has one more axis in Relax, its
+        (real, imaginary) pair, which negative axes would otherwise point at)."""
+        from tflite.SqueezeOptions import SqueezeOptions
+
+        (x_t,) = self.get_input_tensors(op)
+        shape = [int(d) for d in self.get_tensor_shape(x_t)]
+        o = SqueezeOptions()
+        o.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+        dims = [int(a) for a in o.SqueezeDimsAsNumpy()] if o.SqueezeDimsLength() else []
+        axes = sorted({a % len(shape) for a in dims}) if dims else [i for i, d in enumerate(shape) if d == 1]
+        return relax.op.squeeze(self.get_tensor_expr(x_t), axes) if axes else self.get_tensor_expr(x_t)
+
     def convert_gather_nd(self, op):
         """GATHER_ND as TensorFlow defines it (the index vectors along the last axis of ``indices``; TVM's
         converter moved that axis first, as for another framework's operator)."""
@@ -420,6 +499,10 @@ class OperatorConverter(_TVMConverter):
         int8 constant), the dequantized value: converters that need a constant operand (PADV2's value,
         an LSTM's weights) get it from a float16 model too."""
         tw = tensor_wrapper
+        if tw.tensor_idx in getattr(self, "folded", {}):
+            return self.folded[tw.tensor_idx]
+        if tw.tensor is not None and tw.tensor.ShapeLength() and 0 in tw.tensor.ShapeAsNumpy():
+            return np.zeros([int(d) for d in tw.tensor.ShapeAsNumpy()], self.get_tensor_type_as_numpy(tw))
         if tw.buffer is not None and not tw.buffer.DataLength() and not is_sparse:
             folded = self._dequantized_constant(tw.tensor_idx)
             if folded is not None:
