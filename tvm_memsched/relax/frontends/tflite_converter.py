@@ -47,13 +47,16 @@ from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter as _TVMC
 from ..int8.params import act_range
 from .tflite_hybrid import HYBRID_OPS, hybrid_conv2d, hybrid_dense
 
-__all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS"]
+__all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS", "RECURRENT_OPS"]
 
 #: operators that only move int8 values: TFLite requires equal quantization on their inputs and outputs
 MOVE_OPS = frozenset({"PAD", "PADV2", "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS",
                       "TRANSPOSE", "GATHER", "PACK", "UNPACK", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
                       "RESIZE_NEAREST_NEIGHBOR", "TILE", "BROADCAST_TO", "BATCH_TO_SPACE_ND",
                       "SPACE_TO_BATCH_ND"})
+
+#: recurrent operators imported in every kind (float, int8, hybrid) by modules of their own
+RECURRENT_OPS = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF"})
 
 #: resource-variable operators: int8 values pass through them unchanged
 RESOURCE_OPS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "VAR_HANDLE", "CALL_ONCE"})
@@ -67,7 +70,7 @@ class OperatorConverter(_TVMConverter):
     """TVM's TFLite converter with int8 data movement, compact PRELU and exact activation ranges."""
 
     _SUPPORTED_QUANTIZED_OPS = frozenset(_TVMConverter._SUPPORTED_QUANTIZED_OPS | MOVE_OPS | RESOURCE_OPS
-                                         | {"PRELU"})
+                                         | {"PRELU"} | RECURRENT_OPS)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -102,6 +105,8 @@ class OperatorConverter(_TVMConverter):
         def inputs(op):
             tensors = tvm_inputs(op)
             if self.is_hybrid(op, tensors):     # imported here: not TVM's refusal of dynamic-range quantization
+                return tensors[:1]
+            if self.get_op_code_str(op) in RECURRENT_OPS:    # every kind checked by its own importer
                 return tensors[:1]
             return tensors[1:] if self.get_op_code_str(op) == "ASSIGN_VARIABLE" else tensors
 

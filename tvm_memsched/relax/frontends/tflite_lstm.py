@@ -95,6 +95,15 @@ def sequence_lstm(conv, op):
     time_major = bool(opts.TimeMajor())
     steps, batch = (x_shape[0], x_shape[1]) if time_major else (x_shape[1], x_shape[0])
     n_in = x_shape[2]
+    x_type = conv.get_tensor_type_str(t[_X].tensor.Type())
+    if x_type != "float32":
+        from .tflite_lstm_int8 import sequence_lstm_int8
+
+        if x_type != "int8" or conv.get_tensor_type_str(t[_C].tensor.Type()) != "int16":
+            raise tvm.error.OpNotImplemented(
+                f"{name} with {x_type} input and {conv.get_tensor_type_str(t[_C].tensor.Type())} cell state: "
+                "float32, int8 (int16 cell state, as TFLite Micro runs it) and hybrid LSTMs are supported")
+        return sequence_lstm_int8(conv, op, t, opts, (time_major, steps, batch, n_in))
     cifg = not present(_W_X[0])
     gates = [g for g in range(4) if not (cifg and g == 0)]
     wx = [const(_W_X[g]) for g in gates]
@@ -177,6 +186,11 @@ def sequence_lstm(conv, op):
     conv.assign_variable_state(t[_C], cell)
     y = R.stack(outs, axis=0 if time_major else 1)
     return y
+
+
+def present_tensor(t, i) -> bool:
+    """True if input ``i`` of the operator's input tensors ``t`` (None where absent) is given."""
+    return i < len(t) and t[i] is not None and t[i].tensor_idx >= 0
 
 
 def _name(tw) -> str:

@@ -1,0 +1,71 @@
+"""Quantized TFLite recurrent operators: int8 UNIDIRECTIONAL_SEQUENCE_LSTM bit-identical to TFLite Micro with
+its state carried over invocations, integer kernels only."""
+
+import numpy as np
+import pytest
+
+import recurrent_models as RM
+from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+from tvm_memsched.relax.frontends.tflite_state import run_sequence, states
+
+
+def _float_ops(mod) -> list:
+    """The float tensors main computes (an integer model must have none)."""
+    from tvm import relax
+
+    found = []
+
+    def visit(e):
+        ty = getattr(e, "ty", None)
+        if isinstance(e, relax.Call) and isinstance(ty, relax.TensorType) and "float" in str(ty.dtype):
+            found.append(e)
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return found
+
+
+def _ours_and_tflm(buf, seq):
+    import tvm
+
+    from tvm_memsched.tflite.verify import tflm_run_sequence
+
+    mod = from_tflite_bytes(buf)
+    ours = run_sequence(tvm.compile(mod, "llvm"), mod, seq)
+    ref = tflm_run_sequence(buf, [{"0": s[0]} for s in seq])
+    return mod, ours, ref
+
+
+INT8_FORMS = [dict(seed=0), dict(seed=1, batch=2), dict(seed=2, time_major=True, batch=2),
+              dict(seed=3, cell_clip=0.5, cell_power=-11), dict(seed=4, cell_power=-15, steps=1),
+              dict(seed=5, cell_power=-10, n_in=5, n_cell=3)]
+
+
+@pytest.mark.parametrize("form", INT8_FORMS, ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()))
+def test_int8_lstm_bit_identical_to_tflm_over_invocations(form):
+    form = dict(form)
+    rng = np.random.default_rng(form.pop("seed"))
+    buf = RM.int8_lstm(rng, **form)
+    seq = RM.int8_inputs(buf, rng, 3)
+    mod, ours, ref = _ours_and_tflm(buf, seq)
+    assert [(s.name, s.dtype) for s in states(mod)] == [("h", "int8"), ("c", "int16")]
+    assert not _float_ops(mod)
+    for a, b in zip(ours, ref):
+        assert a[0].dtype == np.int8
+        np.testing.assert_array_equal(a[0], np.asarray(b[0]).reshape(a[0].shape))
+    # the outputs vary and the state matters: the third invocation differs from a fresh one on its input
+    assert len(np.unique(ref[2][0])) > 3
+    fresh = _ours_and_tflm(buf, seq[2:])[2][0][0]
+    assert not np.array_equal(fresh, ref[2][0])
+
+
+def test_int8_lstm_refuses_what_tflm_cannot_run():
+    from tvm_memsched.core.errors import InputFileError
+    from tvm_memsched.tflite.builder import load, serialize
+
+    rng = np.random.default_rng(7)
+    m = load(RM.int8_lstm(rng))
+    op = m.subgraphs[0].operators[0]
+    op.inputs = np.array(op.inputs)
+    op.inputs[1] = -1                                  # no input gate (CIFG): TFLM's integer LSTM needs it
+    with pytest.raises(InputFileError, match="int8 UNIDIRECTIONAL_SEQUENCE_LSTM with no input gate"):
+        from_tflite_bytes(serialize(m))
