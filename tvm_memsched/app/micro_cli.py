@@ -235,6 +235,10 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
 
             original = lower_int8(original)[0]
         reference = reference_sequence(original, sequence, exp.states)
+    elif tfl is not None and exp.states and tflm:       # TFLite Micro is the ground truth of what it runs
+        from ..micro.run import tflm_sequence_reference
+
+        reference, name = tflm_sequence_reference(tfl, sequence), "TFLite Micro"
     elif tfl is not None and exp.states:
         reference, name = litert_reference(tfl, sequence), "LiteRT (reference kernels)"
     extra = {"profile": True} if args.profile else {}

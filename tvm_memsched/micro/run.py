@@ -38,7 +38,7 @@ from .toolchain import CompileError, find_tool, host_cc, link
 from .toolchain import run as run_command
 
 __all__ = ["RunResult", "run_host", "run_qemu", "profile_table", "reference_outputs", "reference_sequence", "litert_reference",
-           "default_inputs",
+           "tflm_sequence_reference", "default_inputs",
            "default_sequence", "HARNESS_STACK_BYTES"]
 
 #: stack reserved on top of the model's estimate for the test program (main, output printing, semihosting)
@@ -117,6 +117,14 @@ def litert_reference(buf: bytes, sequence) -> list[list[np.ndarray]]:
     from ..tflite.verify import litert_run_sequence
 
     return [list(o.values()) for o in litert_run_sequence(buf, sequence, reference_kernels=True)]
+
+
+def tflm_sequence_reference(buf: bytes, sequence) -> list[list[np.ndarray]]:
+    """The outputs of every invocation of ``sequence`` in TFLite Micro's interpreter, state carried: the ground
+    truth of a stateful model TFLM runs (its integer LSTM differs from LiteRT's)."""
+    from ..tflite.verify import tflm_run_sequence
+
+    return tflm_run_sequence(buf, [{str(i): v for i, v in enumerate(inputs)} for inputs in sequence])
 
 
 def _build_reference(mod):
