@@ -69,3 +69,44 @@ def test_int8_lstm_refuses_what_tflm_cannot_run():
     op.inputs[1] = -1                                  # no input gate (CIFG): TFLM's integer LSTM needs it
     with pytest.raises(InputFileError, match="int8 UNIDIRECTIONAL_SEQUENCE_LSTM with no input gate"):
         from_tflite_bytes(serialize(m))
+
+
+SVDF_FORMS = [dict(seed=0), dict(seed=1, batch=2, rank=1, act=1), dict(seed=2, memory=1, bias=False, act=3),
+              dict(seed=3, kind="int8"), dict(seed=4, kind="int8", batch=2, rank=1, memory=3),
+              dict(seed=5, kind="int8", state_dtype=np.int8), dict(seed=6, kind="int8", act=1, units=2, rank=3)]
+
+
+@pytest.mark.parametrize("form", SVDF_FORMS, ids=lambda f: "-".join(f"{k}={getattr(v, '__name__', v)}"
+                                                                    for k, v in f.items()))
+def test_svdf_equals_tflm_over_invocations(form):
+    """SVDF's memory carried over invocations: float32 within 1e-5 of TFLite Micro (LiteRT without a bias),
+    int8 bit-identical to TFLM (which applies no activation to an integer SVDF)."""
+    form = dict(form)
+    rng = np.random.default_rng(form.pop("seed"))
+    buf = RM.svdf(rng, **form)
+    if form.get("kind") == "int8":
+        seq = RM.int8_inputs(buf, rng, 3)
+    else:
+        seq = [[rng.uniform(-1, 1, [form.get("batch", 1), 5]).astype(np.float32)] for _ in range(3)]
+    if form.get("bias", True):
+        mod, ours, ref = _ours_and_tflm(buf, seq)
+    else:                               # TFLite Micro crashes on an SVDF without bias: LiteRT's reference
+        import tvm
+
+        from tvm_memsched.tflite.verify import litert_run_sequence
+
+        mod = from_tflite_bytes(buf)
+        ours = run_sequence(tvm.compile(mod, "llvm"), mod, seq)
+        ref = [list(r.values()) for r in litert_run_sequence(buf, seq, reference_kernels=True)]
+    (st,) = states(mod)
+    assert st.name == "state"
+    for a, b in zip(ours, ref):
+        b = np.asarray(b[0]).reshape(a[0].shape)
+        if form.get("kind") == "int8":
+            assert not _float_ops(mod)
+            np.testing.assert_array_equal(a[0], b)
+        else:
+            np.testing.assert_allclose(a[0], b, rtol=1e-5, atol=1e-6)
+    if form.get("memory", 4) > 1:       # the memory matters: the last invocation differs from a fresh one's
+        fresh = _ours_and_tflm(buf, seq[2:])[2][0][0]
+        assert not np.array_equal(fresh, ref[2][0])

@@ -83,6 +83,7 @@ class OperatorConverter(_TVMConverter):
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
+        self.convert_map["SVDF"] = self.convert_svdf
         for name, convert in list(self.convert_map.items()):
             self.convert_map[name] = self._declared_shape(name, convert)
         self.conversion_state.setdefault("tvm_memsched_states", {})
@@ -266,6 +267,12 @@ class OperatorConverter(_TVMConverter):
         from .tflite_lstm import sequence_lstm
 
         return sequence_lstm(self, op)
+
+    def convert_svdf(self, op):
+        """SVDF, its activation state carried (:mod:`.tflite_svdf`)."""
+        from .tflite_svdf import svdf
+
+        return svdf(self, op)
 
     def _state(self, key) -> dict:
         states = self.conversion_state["tvm_memsched_states"]

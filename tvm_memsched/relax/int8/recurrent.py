@@ -19,6 +19,11 @@ kernels, each computing what TFLM's reference code computes, bit for bit:
 Every multiplier is computed at compile time as TFLM's ``Prepare`` does (:func:`lstm_params`). The kernels
 read the gates and states of one step only: the memory they need is the step's, not the sequence's.
 
+An int8 ``SVDF`` (``svdf_common.cc``, ``EvalIntegerSvdfReference``; int8 or int16 state) is three kernels:
+:func:`svdf_features` (the feature products, rescaled into the state's type), :func:`svdf_shift` (every
+filter's memory one column left, the features in the newest) and :func:`svdf_output` (the time products
+summed over each unit's filters with the bias, rescaled into int8).
+
 Example
 -------
 >>> sigmoid16(0), sigmoid16(4096), tanh16(4096, 3, 0)
@@ -38,7 +43,7 @@ from .kernels import Chain, finish
 from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
 
 __all__ = ["SIGMOID_TABLE", "sigmoid16", "tanh16", "tanh_params", "LstmParams", "lstm_params", "lstm_gates",
-           "lstm_cell", "lstm_hidden"]
+           "lstm_cell", "lstm_hidden", "svdf_features", "svdf_shift", "svdf_output"]
 
 #: TFLite's ``sigmoid_table_uint16`` (``kernels/internal/common.h``): sigmoid(i / 24) in 0.16 fixed point
 SIGMOID_TABLE = np.array([
@@ -249,3 +254,64 @@ def lstm_hidden(batch: int, n_cell: int, *, tanh_cell, output_mul, zero_point: i
     p = ch.requant(ch(lambda b, c: t[b, c] * cast_i32(gates[3, b, c])), *output_mul)
     y = te.compute(shape, lambda b, c: clamp(p[b, c] + _c(zero_point), -128, 127).astype("int8"), name="y")
     return finish([gates, cell, sig, y], name, reduce_into="y")
+
+
+def svdf_features(batch: int, n_in: int, n_filter: int, *, x_offset: int, mul, state_dtype: str, state_zp: int,
+                  name: str = "svdf_features_int8"):
+    """SVDF's feature products ``(x, weights_feature) -> features`` ``(B, F)`` in the state's type, as TFLM's
+    ``EvalIntegerSvdfReference`` writes them into the newest column of the state: the int32 sum of
+    ``w * (x - zero point)``, ``MultiplyByQuantizedMultiplier``-ed (``mul``), clamped to the state's type,
+    plus the state's zero point (wrapped to the state's type, as C's conversion does)."""
+    x = te.placeholder((batch, n_in), "int8", "x")
+    w = te.placeholder((n_filter, n_in), "int8", "w")
+    shape = (batch, n_filter)
+    rk = te.reduce_axis((0, n_in), "rk")
+    acc = te.compute(shape, lambda b, f: te.sum(cast_i32(w[f, rk]) * (cast_i32(x[b, rk]) + _c(x_offset)), axis=rk),
+                     name="acc")
+    ch = Chain(shape)
+    scaled = ch.requant(acc, *mul)
+    info = np.iinfo(state_dtype)
+    y = te.compute(shape, lambda b, f: (clamp(scaled[b, f], int(info.min), int(info.max)) + _c(state_zp))
+                   .astype(state_dtype), name="y")
+    return finish([x, w, y], name, reduce_into="y")
+
+
+def svdf_shift(batch: int, n_filter: int, memory: int, dtype: str, name: str = "svdf_shift"):
+    """SVDF's state update ``(state, features) -> state``: each filter's ``memory`` columns shifted left by one,
+    the features in the last (``state`` ``(B, F * memory)``, any type)."""
+    state = te.placeholder((batch, n_filter * memory), dtype, "state")
+    feat = te.placeholder((batch, n_filter), dtype, "features")
+
+    def body(b, k):
+        j = tirx.floormod(k, memory)
+        return tirx.if_then_else(j == memory - 1, feat[b, tirx.floordiv(k, memory)],
+                                 state[b, tirx.min(k + 1, n_filter * memory - 1)])
+
+    y = te.compute((batch, n_filter * memory), body, name="y")
+    return finish([state, feat, y], name)
+
+
+def svdf_output(batch: int, n_filter: int, memory: int, rank: int, *, state_dtype: str, state_zp: int, mul,
+                out_zp: int, has_bias: bool, name: str = "svdf_output_int8"):
+    """SVDF's output ``(state, weights_time, [bias]) -> y`` int8 ``(B, F / rank)``: per filter the int32 sum of
+    ``weights_time * (state - zero point)`` over its memory, summed over the ``rank`` filters of a unit with
+    the bias, ``MultiplyByQuantizedMultiplier``-ed (``mul``), plus the output zero point, clamped to int8 (TFLM
+    applies no activation to an integer SVDF)."""
+    units = n_filter // rank
+    state = te.placeholder((batch, n_filter * memory), state_dtype, "state")
+    wt = te.placeholder((n_filter, memory), state_dtype, "wt")
+    params = [state, wt]
+    shape = (batch, units)
+    rr = te.reduce_axis((0, rank), "rr")
+    rm = te.reduce_axis((0, memory), "rm")
+    acc = te.compute(shape, lambda b, u: te.sum(
+        cast_i32(wt[u * rank + rr, rm]) * (cast_i32(state[b, (u * rank + rr) * memory + rm]) - _c(state_zp)),
+        axis=[rr, rm]), name="acc")
+    ch = Chain(shape)
+    if has_bias:
+        bias = te.placeholder((units,), "int32", "bias")
+        params.append(bias)
+        acc = ch(lambda b, u: acc[b, u] + bias[u])
+    scaled = ch.requant(acc, *mul)
+    y = te.compute(shape, lambda b, u: clamp(scaled[b, u] + _c(out_zp), -128, 127).astype("int8"), name="y")
+    return finish(params + [y], name, reduce_into="y")
