@@ -19,7 +19,7 @@ The state is the model's state (:mod:`.tflite_state`), initialised from the file
 Example
 -------
 >>> svdf_multipliers(0.02, 0.004, 0.001, 0.0005, 0.05)[0]
-(1717986918, -3)
+(1374389504, -3)
 """
 
 from __future__ import annotations

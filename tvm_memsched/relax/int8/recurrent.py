@@ -27,7 +27,7 @@ summed over each unit's filters with the bias, rescaled into int8).
 Example
 -------
 >>> sigmoid16(0), sigmoid16(4096), tanh16(4096, 3, 0)
-(16384, 24089, 24955)
+(16384, 23956, 24956)
 """
 
 from __future__ import annotations
