@@ -309,8 +309,8 @@ class OperatorConverter(_TVMConverter):
         def conformed(op):
             ret = convert(op=op)
             outs = self.get_output_tensors(op)
-            if ret is None or len(outs) != 1 or isinstance(ret, relax.Tuple):
-                return ret
+            if ret is None or len(outs) != 1 or isinstance(ret, relax.Tuple) or not outs[0].tensor.ShapeLength():
+                return ret              # no declared shape (a scalar, or unknown): nothing to conform to
             declared = [int(d) for d in self.get_tensor_shape(outs[0])]
             signature = outs[0].tensor.ShapeSignatureAsNumpy() if outs[0].tensor.ShapeSignatureLength() else None
             if any(d < 0 for d in declared) or (signature is not None and any(int(d) < 0 for d in signature)):
