@@ -110,3 +110,44 @@ def test_svdf_equals_tflm_over_invocations(form):
     if form.get("memory", 4) > 1:       # the memory matters: the last invocation differs from a fresh one's
         fresh = _ours_and_tflm(buf, seq[2:])[2][0][0]
         assert not np.array_equal(fresh, ref[2][0])
+
+
+# ------------------------------------------------------------------ microcontroller (QEMU mps2-an386)
+def _coverage(name):
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "coverage", name)
+
+
+MICRO_CASES = {
+    "lstm_int8": lambda: open(_coverage("unidirectional_sequence_lstm.int8.tflite"), "rb").read(),
+    "lstm_int8_batch2": lambda: RM.int8_lstm(np.random.default_rng(1), batch=2, steps=4, n_in=8, n_cell=16),
+    "svdf_int8": lambda: RM.svdf(np.random.default_rng(3), kind="int8", units=8, rank=2, memory=8, n_in=16),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(MICRO_CASES))
+def test_micro_run_bit_identical_to_tflm_within_its_arena(case, tmp_path):
+    """``micro --run`` on QEMU: 20 invocations with the state carried, bit-identical to TFLite Micro, in less
+    RAM than TFLM's smallest arena."""
+    from test_cli import run
+
+    path = tmp_path / f"{case}.tflite"
+    path.write_bytes(MICRO_CASES[case]())
+    p = run("micro", str(path), "-b", "mps2-an386", "--out", str(tmp_path / "m"), "--run")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "max abs error vs TFLite Micro 0 (ok)" in p.stdout
+    assert "vs TFLite Micro over 20 invocations: bit-identical (ok)" in p.stdout
+    assert "at most TFLM's" in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["unidirectional_sequence_lstm_large.hybrid.tflite",
+                                  "unidirectional_sequence_lstm.float16.tflite"])
+def test_micro_run_hybrid_and_float16_lstm_like_litert(name, tmp_path):
+    from test_cli import run
+
+    p = run("micro", _coverage(name), "-b", "mps2-an386", "--out", str(tmp_path / "m"), "--run")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "vs LiteRT reference kernels over 20 invocations" in p.stdout and "(ok)" in p.stdout
