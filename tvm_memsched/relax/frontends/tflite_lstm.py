@@ -36,21 +36,16 @@ import tvm
 from tvm import relax
 
 from .tflite_hybrid import hybrid_dense
+from .tflite_lstm_spec import INPUTS, tensor_name
 
-__all__ = ["sequence_lstm", "ACTIVATIONS"]
+__all__ = ["sequence_lstm", "ACTIVATIONS", "activation", "dequantized_half"]
 
 #: TFLite's ActivationFunctionType -> the function the LSTM applies to its cell gate and cell state
 ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6", 4: "tanh"}
 
 # input tensor indices of the operator (TFLite's lstm_shared.h)
-_X = 0
-_W_X = (1, 2, 3, 4)            # input -> input, forget, cell, output gate
-_W_H = (5, 6, 7, 8)            # recurrent -> i, f, c, o
-_PEEP = (9, 10, 11)            # cell -> i, f, o
-_BIAS = (12, 13, 14, 15)
-_PROJ_W, _PROJ_B = 16, 17
-_H, _C = 18, 19
-_LN = (20, 21, 22, 23)
+_X, _W_X, _W_H, _PEEP, _BIAS = (INPUTS[k] for k in ("x", "w_x", "w_h", "peephole", "bias"))
+_PROJ_W, _PROJ_B, _H, _C, _LN = (INPUTS[k] for k in ("proj_w", "proj_b", "h", "c", "layer_norm"))
 #: inputs that a dynamic-range quantized ("hybrid") LSTM stores int8 with a scale
 _HYBRID_WEIGHTS = frozenset((*_W_X, *_W_H, *_PEEP, _PROJ_W))
 
@@ -246,11 +241,10 @@ def dequantized_half(conv, tw):
     return None
 
 
-def present_tensor(t, i) -> bool:
-    """True if input ``i`` of the operator's input tensors ``t`` (None where absent) is given."""
-    return i < len(t) and t[i] is not None and t[i].tensor_idx >= 0
+def activation(kind: int, name: str):
+    """The Relax function of TFLite's fused activation ``kind`` (refused by ``name`` if the LSTM lacks it)."""
+    return _activation(kind, name)
 
 
 def _name(tw) -> str:
-    n = tw.tensor.Name()
-    return n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n)
+    return tensor_name(tw)

@@ -25,6 +25,8 @@ import tvm
 from tvm import relax
 
 from ..int8 import recurrent as K
+from .tflite_lstm_spec import INPUTS, present_tensor
+from .tflite_lstm_spec import tensor_name as _name
 
 __all__ = ["sequence_lstm_int8", "is_int8_lstm_types"]
 
@@ -45,7 +47,8 @@ def _call(bb, kernel, args, shape, dtype):
 def sequence_lstm_int8(conv, op, t, opts, layout):
     """Import one int8 LSTM (``conv``: the operator converter, ``t``: the operator's 24 input tensors or None,
     ``opts``: its options, ``layout``: ``(time_major, steps, batch, inputs)``)."""
-    from .tflite_lstm import _BIAS, _C, _H, _LN, _PEEP, _PROJ_B, _PROJ_W, _W_H, _W_X, _X, _name, present_tensor
+    _X, _W_X, _W_H, _BIAS, _H, _C = (INPUTS[k] for k in ("x", "w_x", "w_h", "bias", "h", "c"))
+    _PEEP, _PROJ_W, _PROJ_B, _LN = (INPUTS[k] for k in ("peephole", "proj_w", "proj_b", "layer_norm"))
 
     time_major, steps, batch, n_in = layout
     missing = [i for i in (*_W_X, *_W_H, *_BIAS) if not present_tensor(t, i)]

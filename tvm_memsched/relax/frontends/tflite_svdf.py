@@ -30,6 +30,8 @@ from tvm import relax
 
 from ..int8 import recurrent as K
 from ..int8.fixedpoint import quantize_multiplier
+from .tflite_lstm_spec import present_tensor
+from .tflite_lstm_spec import tensor_name as _name
 
 __all__ = ["svdf", "svdf_multipliers"]
 
@@ -55,7 +57,8 @@ def svdf(conv, op):
     """Import one ``SVDF`` (``conv``: the operator converter of :mod:`.tflite_converter`)."""
     from tflite.SVDFOptions import SVDFOptions
 
-    from .tflite_lstm import ACTIVATIONS, _activation, _name, present_tensor
+    from .tflite_lstm import ACTIVATIONS
+    from .tflite_lstm import activation as _activation
 
     t = list(conv.get_input_tensors(op))
     if len(t) != 5:
@@ -112,8 +115,6 @@ def svdf(conv, op):
 
 def _svdf_int8(conv, t, out_t, state, x, rank, sizes, state_dtype, has_bias):
     """The int8 SVDF as TFLM's ``EvalIntegerSvdfReference`` computes it (see the module docstring)."""
-    from .tflite_lstm import _name
-
     batch, n_in, n_filter, memory, units = sizes
     x_t, wf_t, wt_t, b_t, s_t = t
 
