@@ -84,6 +84,9 @@ class OperatorConverter(_TVMConverter):
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
         self.convert_map["SVDF"] = self.convert_svdf
+        for name in ("SLICE", "STRIDED_SLICE"):
+            if name in self.convert_map:
+                self.convert_map[name] = self._constant_bounds(name, self.convert_map[name])
         for name, convert in list(self.convert_map.items()):
             self.convert_map[name] = self._declared_shape(name, convert)
         self.conversion_state.setdefault("tvm_memsched_states", {})
@@ -295,6 +298,18 @@ class OperatorConverter(_TVMConverter):
                 if not self.has_same_qnn_params(tensors[0], t):
                     raise ValueError(f"quantized {name} with different input and output quantization "
                                      f"(tensor '{_name(t)}' vs '{_name(tensors[0])}'); TFLite requires them equal")
+            return convert(op=op)
+
+        return checked
+
+    def _constant_bounds(self, name: str, convert):
+        """``convert`` refusing, by name, bounds computed at run time (a WHILE body slicing at its loop counter,
+        as TensorFlow writes a Keras stateful LSTM): TVM's converter reads them as constants."""
+        def checked(op):
+            for tw in self.get_input_tensors(op)[1:]:
+                if tw.tensor_idx >= 0 and self.has_expr(tw.tensor_idx):
+                    raise tvm.error.OpNotImplemented(f"{name} with computed bounds ('{_name(tw)}', e.g. a loop "
+                                                     "counter in a WHILE body): only constant bounds are supported")
             return convert(op=op)
 
         return checked
