@@ -275,6 +275,10 @@ def cases():
         C("unidirectional_sequence_lstm_large", ["UNIDIRECTIONAL_SEQUENCE_LSTM"], [((1, 3, 32), F, *q)],
           keras_rnn("LSTM", 32, (1, 3, 32), return_sequences=True), kinds=("hybrid",),
           note="Keras LSTM with 32x32 gate matrices (dynamic-range quantization needs 1024 weights)"),
+        C("unidirectional_sequence_lstm_stateful", ["UNIDIRECTIONAL_SEQUENCE_LSTM", "READ_VARIABLE"], [((1, 3, 2), F, *q)],
+          keras_rnn("LSTM", 4, (1, 3, 2), return_sequences=True, stateful=True), kinds=("float32", "int8"),
+          note="Keras LSTM(stateful=True): the converter does not fuse it (a WHILE loop over the steps, the states "
+               "resource variables carried over between invocations)", resources=True),
         C("gru", ["FULLY_CONNECTED", "LOGISTIC"], [((1, 4, 3), F, *q)],
           keras_rnn("GRU", 5, (1, 4, 3), unroll=True), note="Keras GRU, unrolled"),
         C("unpack", ["UNPACK"], [((1, 3, 4), F, *q)], unary(lambda x: tf.unstack(x, axis=1))),

@@ -223,7 +223,8 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
     """``--run``: ours on a sequence of inputs (checked against TVM on the same arithmetic; a stateful model
     against LiteRT's reference kernels over the sequence), against TFLite Micro (``tflm``: when it runs the
     file) and LiteRT for a .tflite model, then TVM's default build."""
-    from ..micro.run import default_sequence, litert_reference, reference_sequence, run_host, run_qemu
+    from ..micro.run import (default_sequence, litert_reference, reference_sequence, run_host, run_qemu,
+                             tflm_differs_from_litert)
 
     run = run_host if args.host else run_qemu
     n = args.invocations or (STATEFUL_INVOCATIONS if exp.states else 1)
@@ -235,6 +236,10 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
 
             original = lower_int8(original)[0]
         reference = reference_sequence(original, sequence, exp.states)
+    elif tfl is not None and exp.states and tflm and tflm_differs_from_litert(tfl):
+        from ..micro.run import tflm_sequence_reference          # TFLM is the ground truth of what it runs
+
+        reference, name = tflm_sequence_reference(tfl, sequence), "TFLite Micro"
     elif tfl is not None and exp.states:
         reference, name = litert_reference(tfl, sequence), "LiteRT (reference kernels)"
     extra = {"profile": True} if args.profile else {}

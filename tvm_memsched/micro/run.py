@@ -38,7 +38,7 @@ from .toolchain import CompileError, find_tool, host_cc, link
 from .toolchain import run as run_command
 
 __all__ = ["RunResult", "run_host", "run_qemu", "profile_table", "reference_outputs", "reference_sequence", "litert_reference",
-           "default_inputs",
+           "tflm_sequence_reference", "tflm_differs_from_litert", "TFLM_OWN_KERNELS", "default_inputs",
            "default_sequence", "HARNESS_STACK_BYTES"]
 
 #: stack reserved on top of the model's estimate for the test program (main, output printing, semihosting)
@@ -117,6 +117,26 @@ def litert_reference(buf: bytes, sequence) -> list[list[np.ndarray]]:
     from ..tflite.verify import litert_run_sequence
 
     return [list(o.values()) for o in litert_run_sequence(buf, sequence, reference_kernels=True)]
+
+
+#: operators whose integer kernels differ between TFLite Micro and LiteRT (TFLM's LSTM uses fixed
+#: intermediate scales, LiteRT's the operator's intermediate tensors; LiteRT's int8 SVDF applies ReLU)
+TFLM_OWN_KERNELS = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF"})
+
+
+def tflm_differs_from_litert(buf: bytes) -> bool:
+    """True if ``buf`` has an operator of :data:`TFLM_OWN_KERNELS`: a stateful run checks against TFLM."""
+    from ..tflite.builder import load, operator_names
+
+    return bool(set(operator_names(load(bytes(buf)))) & TFLM_OWN_KERNELS)
+
+
+def tflm_sequence_reference(buf: bytes, sequence) -> list[list[np.ndarray]]:
+    """The outputs of every invocation of ``sequence`` in TFLite Micro's interpreter, state carried: the ground
+    truth of a stateful model TFLM runs (its integer LSTM differs from LiteRT's)."""
+    from ..tflite.verify import tflm_run_sequence
+
+    return tflm_run_sequence(buf, [{str(i): v for i, v in enumerate(inputs)} for inputs in sequence])
 
 
 def _build_reference(mod):

@@ -43,7 +43,8 @@ def quantization_scheme(model) -> str:
         tensors = sg.tensors or []
         const = [is_constant(model, t) for t in tensors]
         for t, c in zip(tensors, const):
-            (weights if c else act).add(type_name(t.type))
+            if not t.isVariable:        # an int8 LSTM's int16 cell state does not make the model int16x8
+                (weights if c else act).add(type_name(t.type))
         for op in sg.operators or []:
             name = opcode_name(model.operatorCodes[op.opcodeIndex])
             ins = [int(i) for i in (op.inputs if op.inputs is not None else []) if int(i) >= 0]

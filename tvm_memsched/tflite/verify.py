@@ -131,7 +131,10 @@ def litert_run_sequence(buf: bytes, inputs_seq, reference_kernels: bool = False)
             raise MemschedError(f"no value for model input(s) {missing}")
         for d in details:
             it.set_tensor(d["index"], np.asarray(inputs[d["name"]]))
-        it.invoke()
+        try:
+            it.invoke()
+        except RuntimeError as e:   # a kernel refusing at run time (LiteRT's int8 SVDF without ReLU)
+            raise MemschedError(f"LiteRT cannot run the model: {' '.join(str(e).split())[:300]}") from None
         results.append({d["name"]: np.array(it.get_tensor(d["index"])) for d in it.get_output_details()})
     return results
 

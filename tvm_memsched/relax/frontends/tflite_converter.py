@@ -47,13 +47,16 @@ from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter as _TVMC
 from ..int8.params import act_range
 from .tflite_hybrid import HYBRID_OPS, hybrid_conv2d, hybrid_dense
 
-__all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS"]
+__all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS", "RECURRENT_OPS"]
 
 #: operators that only move int8 values: TFLite requires equal quantization on their inputs and outputs
 MOVE_OPS = frozenset({"PAD", "PADV2", "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS",
                       "TRANSPOSE", "GATHER", "PACK", "UNPACK", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
                       "RESIZE_NEAREST_NEIGHBOR", "TILE", "BROADCAST_TO", "BATCH_TO_SPACE_ND",
                       "SPACE_TO_BATCH_ND", "GATHER_ND"})
+
+#: recurrent operators imported in every kind (float, int8, hybrid) by modules of their own
+RECURRENT_OPS = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF"})
 
 #: resource-variable operators: int8 values pass through them unchanged
 RESOURCE_OPS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "VAR_HANDLE", "CALL_ONCE"})
@@ -67,7 +70,7 @@ class OperatorConverter(_TVMConverter):
     """TVM's TFLite converter with int8 data movement, compact PRELU and exact activation ranges."""
 
     _SUPPORTED_QUANTIZED_OPS = frozenset(_TVMConverter._SUPPORTED_QUANTIZED_OPS | MOVE_OPS | RESOURCE_OPS
-                                         | {"PRELU"})
+                                         | {"PRELU"} | RECURRENT_OPS)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -80,6 +83,10 @@ class OperatorConverter(_TVMConverter):
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
+        self.convert_map["SVDF"] = self.convert_svdf
+        for name in ("SLICE", "STRIDED_SLICE"):
+            if name in self.convert_map:
+                self.convert_map[name] = self._constant_bounds(name, self.convert_map[name])
         for name, convert in list(self.convert_map.items()):
             self.convert_map[name] = self._folded_or(self._declared_shape(name, convert))
         self.conversion_state.setdefault("tvm_memsched_states", {})
@@ -128,6 +135,8 @@ class OperatorConverter(_TVMConverter):
         def inputs(op):
             tensors = tvm_inputs(op)
             if self.is_hybrid(op, tensors):     # imported here: not TVM's refusal of dynamic-range quantization
+                return tensors[:1]
+            if self.get_op_code_str(op) in RECURRENT_OPS:    # every kind checked by its own importer
                 return tensors[:1]
             return tensors[1:] if self.get_op_code_str(op) == "ASSIGN_VARIABLE" else tensors
 
@@ -288,6 +297,12 @@ class OperatorConverter(_TVMConverter):
 
         return sequence_lstm(self, op)
 
+    def convert_svdf(self, op):
+        """SVDF, its activation state carried (:mod:`.tflite_svdf`)."""
+        from .tflite_svdf import svdf
+
+        return svdf(self, op)
+
     def _state(self, key) -> dict:
         states = self.conversion_state["tvm_memsched_states"]
         return states.setdefault(key, {"param": None, "current": None, "init": None, "assigned": False})
@@ -309,6 +324,18 @@ class OperatorConverter(_TVMConverter):
                 if not self.has_same_qnn_params(tensors[0], t):
                     raise ValueError(f"quantized {name} with different input and output quantization "
                                      f"(tensor '{_name(t)}' vs '{_name(tensors[0])}'); TFLite requires them equal")
+            return convert(op=op)
+
+        return checked
+
+    def _constant_bounds(self, name: str, convert):
+        """``convert`` refusing, by name, bounds computed at run time (a WHILE body slicing at its loop counter,
+        as TensorFlow writes a Keras stateful LSTM): TVM's converter reads them as constants."""
+        def checked(op):
+            for tw in self.get_input_tensors(op)[1:]:
+                if tw.tensor_idx >= 0 and self.has_expr(tw.tensor_idx):
+                    raise tvm.error.OpNotImplemented(f"{name} with computed bounds ('{_name(tw)}', e.g. a loop "
+                                                     "counter in a WHILE body): only constant bounds are supported")
             return convert(op=op)
 
         return checked

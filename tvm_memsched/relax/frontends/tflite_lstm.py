@@ -35,20 +35,19 @@ import numpy as np
 import tvm
 from tvm import relax
 
-__all__ = ["sequence_lstm", "ACTIVATIONS"]
+from .tflite_hybrid import hybrid_dense
+from .tflite_lstm_spec import INPUTS, tensor_name
+
+__all__ = ["sequence_lstm", "ACTIVATIONS", "activation", "dequantized_half"]
 
 #: TFLite's ActivationFunctionType -> the function the LSTM applies to its cell gate and cell state
 ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6", 4: "tanh"}
 
 # input tensor indices of the operator (TFLite's lstm_shared.h)
-_X = 0
-_W_X = (1, 2, 3, 4)            # input -> input, forget, cell, output gate
-_W_H = (5, 6, 7, 8)            # recurrent -> i, f, c, o
-_PEEP = (9, 10, 11)            # cell -> i, f, o
-_BIAS = (12, 13, 14, 15)
-_PROJ_W, _PROJ_B = 16, 17
-_H, _C = 18, 19
-_LN = (20, 21, 22, 23)
+_X, _W_X, _W_H, _PEEP, _BIAS = (INPUTS[k] for k in ("x", "w_x", "w_h", "peephole", "bias"))
+_PROJ_W, _PROJ_B, _H, _C, _LN = (INPUTS[k] for k in ("proj_w", "proj_b", "h", "c", "layer_norm"))
+#: inputs that a dynamic-range quantized ("hybrid") LSTM stores int8 with a scale
+_HYBRID_WEIGHTS = frozenset((*_W_X, *_W_H, *_PEEP, _PROJ_W))
 
 
 def _activation(kind: int, name: str):
@@ -81,12 +80,29 @@ def sequence_lstm(conv, op):
     def present(i):
         return t[i] is not None and t[i].tensor_idx >= 0
 
+    halves = []
+    scales = {}             # input index -> the scale of its int8 weights (hybrid LSTM)
+
     def const(i):
         if conv.has_expr(t[i].tensor_idx):
-            raise tvm.error.OpNotImplemented(f"{name}: input {i} ('{_name(t[i])}') must be a constant")
+            v = dequantized_half(conv, t[i])
+            if v is None:
+                raise tvm.error.OpNotImplemented(f"{name}: input {i} ('{_name(t[i])}') must be a constant (or the "
+                                                 "DEQUANTIZE of a float16 constant)")
+            halves.append(i)
+            return v.astype(np.float32)
         v = conv.get_tensor_value(t[i])
-        if conv.get_tensor_type_str(t[i].tensor.Type()) != "float32":
-            raise tvm.error.OpNotImplemented(f"{name}: quantized input {i} ('{_name(t[i])}') of a float LSTM")
+        dtype = conv.get_tensor_type_str(t[i].tensor.Type())
+        if dtype == "int8" and i in _HYBRID_WEIGHTS and t[i].qnn_params is not None:
+            q = t[i].tensor.Quantization()
+            scale, zp = q.ScaleAsNumpy().astype(np.float32), q.ZeroPointAsNumpy() if q.ZeroPointLength() else [0]
+            if scale.size != 1 or np.any(np.asarray(zp) != 0):
+                raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(t[i])}' need one scale and a zero "
+                                                 f"zero point (have {scale.size} scales), as LiteRT takes them")
+            scales[i] = np.float32(scale[0])
+            return np.asarray(v, np.int8)
+        if dtype != "float32":
+            raise tvm.error.OpNotImplemented(f"{name}: {dtype} input {i} ('{_name(t[i])}') of a float32 LSTM")
         return np.asarray(v, np.float32)
 
     x_shape = [int(d) for d in conv.get_tensor_shape(t[_X])]
@@ -95,6 +111,15 @@ def sequence_lstm(conv, op):
     time_major = bool(opts.TimeMajor())
     steps, batch = (x_shape[0], x_shape[1]) if time_major else (x_shape[1], x_shape[0])
     n_in = x_shape[2]
+    x_type = conv.get_tensor_type_str(t[_X].tensor.Type())
+    if x_type != "float32":
+        from .tflite_lstm_int8 import sequence_lstm_int8
+
+        if x_type != "int8" or conv.get_tensor_type_str(t[_C].tensor.Type()) != "int16":
+            raise tvm.error.OpNotImplemented(
+                f"{name} with {x_type} input and {conv.get_tensor_type_str(t[_C].tensor.Type())} cell state: "
+                "float32, int8 (int16 cell state, as TFLite Micro runs it) and hybrid LSTMs are supported")
+        return sequence_lstm_int8(conv, op, t, opts, (time_major, steps, batch, n_in))
     cifg = not present(_W_X[0])
     gates = [g for g in range(4) if not (cifg and g == 0)]
     wx = [const(_W_X[g]) for g in gates]
@@ -104,7 +129,10 @@ def sequence_lstm(conv, op):
     if any(w.shape != (n_cell, n_in) for w in wx) or any(w.shape != (n_cell, n_out) for w in wh):
         raise tvm.error.OpNotImplemented(f"{name}: weights of shapes {[w.shape for w in wx + wh]} for "
                                          f"{n_in} inputs")
-    peep = {g: const(_PEEP[k]).reshape(n_cell) for k, g in enumerate((0, 1, 3))
+    hybrid = wx[0].dtype == np.int8
+    if any((w.dtype == np.int8) != hybrid for w in wx + wh):
+        raise tvm.error.OpNotImplemented(f"{name}: some weights int8, some float")
+    peep = {g: _widened(const(_PEEP[k]), scales.get(_PEEP[k])).reshape(n_cell) for k, g in enumerate((0, 1, 3))
             if present(_PEEP[k]) and not (cifg and g == 0)}
     layer_norm = {g: const(_LN[g]).reshape(n_cell) for g in gates if present(_LN[g])}
     if layer_norm and len(layer_norm) != len(gates):
@@ -125,17 +153,32 @@ def sequence_lstm(conv, op):
         return bb.normalize(e)
 
     def c(a):
-        return relax.const(np.ascontiguousarray(a, np.float32))
+        a = np.ascontiguousarray(a, np.float32)
+        if halves and a.size > 1 and np.array_equal(a.astype(np.float16).astype(np.float32), a):
+            # weights stored float16 in the file stay float16 constants widened where used (as DEQUANTIZE
+            # imports them): the float kernels keep them float16 in flash
+            return R.astype(relax.const(a.astype(np.float16)), "float32")
+        return relax.const(a)
 
     g_n = len(gates)
     x = conv.get_tensor_expr(t[_X])
     if time_major:
         x = R.permute_dims(x, [1, 0, 2])                                         # [batch, steps, inputs]
-    x_proj = R.matmul(R.reshape(x, (batch * steps, n_in)), c(np.concatenate(wx, 0).T))
-    if not layer_norm:
-        x_proj = R.add(x_proj, c(np.concatenate([bias[g] for g in gates])))
+    asymmetric = bool(opts.AsymmetricQuantizeInputs())
+
+    def dense(v, rows, w_list, keys, b):
+        """``v`` (rows, K) times the weights ``w_list`` (stacked by rows; their input indices ``keys``), plus the
+        bias ``b`` (None: none): a float product, or a hybrid one as LiteRT's hybrid LSTM computes it."""
+        w = np.concatenate(w_list, 0)
+        if hybrid:
+            s = np.concatenate([np.full(wk.shape[0], scales[k], np.float32) for wk, k in zip(w_list, keys)])
+            return hybrid_dense(bb, v, (rows, w.shape[1]), w, s, b, asymmetric=asymmetric)
+        y = R.matmul(v, c(w.T))
+        return y if b is None else R.add(y, c(b))
+
+    x_proj = dense(R.reshape(x, (batch * steps, n_in)), batch * steps, wx, [_W_X[g] for g in gates],
+                   None if layer_norm else np.concatenate([bias[g] for g in gates]))
     x_proj = emit(R.reshape(x_proj, (batch, steps, g_n * n_cell)))
-    w_rec = c(np.concatenate(wh, 0).T)                                           # [n_out, gates * n_cell]
     h = conv.variable_state(t[_H], (batch, n_out))
     cell = conv.variable_state(t[_C], (batch, n_cell))
     one = relax.const(1.0, "float32")
@@ -154,7 +197,8 @@ def sequence_lstm(conv, op):
 
     outs = []
     for s in range(steps):
-        z = emit(R.add(R.squeeze(R.strided_slice(x_proj, [1], [s], [s + 1]), [1]), R.matmul(h, w_rec)))
+        z = emit(R.add(R.squeeze(R.strided_slice(x_proj, [1], [s], [s + 1]), [1]),
+                       dense(h, batch, wh, [_W_H[g] for g in gates], None)))
         k = {g: i for i, g in enumerate(gates)}
         f = gate(z, k[1], 1, cell)
         i = gate(z, k[0], 0, cell) if not cifg else emit(R.subtract(one, f))
@@ -166,9 +210,7 @@ def sequence_lstm(conv, op):
         o_gate = gate(z, k[3], 3, cell)
         h = emit(R.multiply(o_gate, act(cell)))
         if proj is not None:
-            h = R.matmul(h, c(proj.T))
-            if proj_b is not None:
-                h = R.add(h, c(proj_b))
+            h = dense(h, batch, [proj], [_PROJ_W], proj_b)
             if proj_clip > 0:
                 h = R.clip(h, -proj_clip, proj_clip)
             h = emit(h)
@@ -179,6 +221,30 @@ def sequence_lstm(conv, op):
     return y
 
 
+def _widened(w, scale):
+    """Peephole weights as float32: int8 ones (a hybrid LSTM's) times their scale, as LiteRT recovers them."""
+    return w if scale is None else (w.astype(np.float32) * np.float32(scale)).astype(np.float32)
+
+
+def dequantized_half(conv, tw):
+    """The float16 constant (numpy) that a DEQUANTIZE operator of ``conv``'s subgraph widens into the tensor
+    ``tw`` (TensorFlow's float16 quantization writes an LSTM's weights so), else None."""
+    sg = conv.subgraph
+    for k in range(sg.OperatorsLength()):
+        op = sg.Operators(k)
+        if tw.tensor_idx not in op.OutputsAsNumpy() or conv.get_op_code_str(op) != "DEQUANTIZE":
+            continue
+        (src,) = conv.get_input_tensors(op)
+        if conv.get_tensor_type_str(src.tensor.Type()) != "float16" or conv.has_expr(src.tensor_idx):
+            return None
+        return np.asarray(conv.get_tensor_value(src), np.float16)
+    return None
+
+
+def activation(kind: int, name: str):
+    """The Relax function of TFLite's fused activation ``kind`` (refused by ``name`` if the LSTM lacks it)."""
+    return _activation(kind, name)
+
+
 def _name(tw) -> str:
-    n = tw.tensor.Name()
-    return n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n)
+    return tensor_name(tw)
