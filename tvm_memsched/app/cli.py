@@ -201,8 +201,16 @@ def _reference(spec: str, mod):
             n = len(inputs) - n_states
             return list(runtime([list(inputs)[:n]])[0])
 
-        return name, run
+        return (name, run, _output_count(mod) - n_states) if n_states else (name, run)
     return None
+
+
+def _output_count(mod) -> int:
+    """How many tensors ``main`` returns (a tuple's fields, or 1)."""
+    from tvm import relax
+
+    ty = mod["main"].ret_ty if hasattr(mod["main"], "ret_ty") else mod["main"].body.ty
+    return len(ty.fields) if isinstance(ty, relax.TupleType) else 1
 
 
 def _full_integer(buf: bytes) -> bool:

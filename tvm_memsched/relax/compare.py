@@ -284,7 +284,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     ``shrink_constants=False`` the constants as imported. ``tile``: patch-tile our side's first
     stage first (:class:`~tvm_memsched.relax.passes.tiling.PatchTiling`; ``True`` or a dict of its
     options); the outputs are still checked against TVM's default build of the untiled model.
-    ``reference``: ``(name, run)``, ``run(inputs) -> outputs`` in the model's order (e.g. LiteRT's reference
+    ``reference``: ``(name, run)`` or ``(name, run, n)``, ``run(inputs) -> outputs`` in the model's order
+    (compared with our first ``n`` outputs: a stateful model's are followed by its states) (e.g. LiteRT's reference
     kernels for a ``.tflite``): our outputs are also checked against it, so a wrong import, which both builds
     share, shows (floats within ``10 * rtol`` of the largest output, integers within 1: TFLite's integer
     arithmetic after int8 lowering; TVM's float emulation of it drifts further on deep networks).
@@ -396,13 +397,11 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
                                                for x, y in zip(a, b))
         diff = _max_abs_diff(a, b)
         if reference is not None:
-            from .frontends.tflite_state import states
-
-            ref_name, ref_run = reference
-            n_states = len(states(mod))
+            ref_name, ref_run = reference[:2]
+            n_compared = reference[2] if len(reference) > 2 else None
             r = [np.asarray(x) for x in ref_run(inputs)]   # against our build: int8 lowering is TFLite's
-            if len(r) < len(b) and len(b) - len(r) == n_states:
-                b = b[:len(r)]          # a stateful model: its outputs, not the states it passes on
+            if n_compared is not None:
+                b = b[:n_compared]      # a stateful model: its outputs, not the states it passes on
             same = len(b) == len(r) and all(x.shape == y.shape for x, y in zip(b, r))   # TVM's emulation isn't
             ref_diff = _max_abs_diff(b, r) if same else float("inf")
             ref_ok = same and all(_max_abs_diff([x], [y]) <= (1.0 if y.dtype.kind in "iub" else
