@@ -21,26 +21,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import coverage_models as C  # noqa: E402
 
-STATEFUL = ("UNIDIRECTIONAL_SEQUENCE_LSTM", "VAR_HANDLE")
-
-
 def check(entry, folder=C.FOLDER):
-    """``(file, verdict, detail)`` for one manifest entry."""
-    buf = C.read(entry, folder)
-    n = 3 if any(o in entry["operators"] for o in STATEFUL) else 1
-    seq = C.inputs(entry, buf, 0, n)
-    refs = C.references(buf, seq)
-    runs = [k for k, v in refs.items() if not isinstance(v, str)]
-    if not runs:
-        return entry["file"], "n/a", "; ".join(f"{k}: {v[:100]}" for k, v in refs.items())
-    try:
-        got = C.ours(buf, seq)
-    except Exception as ex:  # noqa: BLE001 - reported, not raised
-        return entry["file"], "FAIL", (str(ex).strip().splitlines() or [type(ex).__name__])[-1][:300]
-    # TFLite Micro runs a hybrid LSTM's int8 weights as floats (garbage): LiteRT is its reference
-    name = "tflm" if "tflm" in runs and entry["kind"] != "hybrid" else "litert"
-    ok, d = C.agree(got, refs[name], entry["kind"] in ("int8", "int16x8"))
-    return entry["file"], "ok" if ok else "MISMATCH", f"vs {name} {d:.3g}"
+    """``(file, verdict, detail)`` for one manifest entry (:func:`coverage_models.check`)."""
+    return (entry["file"],) + C.check(entry, folder)
 
 
 def main(argv=None) -> int:

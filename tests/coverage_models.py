@@ -114,3 +114,30 @@ def agree(got, ref, exact: bool) -> tuple[bool, float]:
                 tol = 1e-4 * max(1.0, float(np.max(np.abs(np.nan_to_num(b64)), initial=0)))
                 ok, worst = ok and bool(np.all(d <= tol)), max(worst, float(np.max(d, initial=0)))
     return ok, worst
+
+
+#: operators whose models carry state from one invocation to the next (checked over several)
+STATEFUL = ("UNIDIRECTIONAL_SEQUENCE_LSTM", "VAR_HANDLE", "SVDF")
+
+
+def check(entry, folder: str = FOLDER) -> tuple:
+    """``(verdict, detail)`` of one manifest entry: ``ok``, ``MISMATCH`` (the largest difference), ``FAIL``
+    (our error) or ``n/a`` (no reference runtime runs the file). Integer kinds are compared bit for bit with
+    TFLite Micro, or LiteRT's reference kernels where TFLite Micro refuses the file or for hybrid files
+    (TFLite Micro loads some and computes NaN); stateful models over three invocations."""
+    buf = read(entry, folder)
+    n = 3 if any(o in entry["operators"] for o in STATEFUL) else 1
+    seq = inputs(entry, buf, 0, n)
+    refs = references(buf, seq)
+    runs = [k for k, v in refs.items() if not isinstance(v, str)]
+    if entry["kind"] in ("hybrid", "float16") and "litert" in runs:
+        runs = ["litert"]
+    if not runs:
+        return "n/a", "; ".join(f"{k}: {v[:100]}" for k, v in refs.items())
+    try:
+        got = ours(buf, seq)
+    except Exception as ex:  # noqa: BLE001 - reported, not raised
+        return "FAIL", (str(ex).strip().splitlines() or [type(ex).__name__])[-1][:300]
+    name = "tflm" if "tflm" in runs else "litert"
+    ok, d = agree(got, refs[name], entry["kind"] in ("int8", "int16x8"))
+    return ("ok" if ok else "MISMATCH"), f"vs {name} {d:.3g}"

@@ -15,7 +15,9 @@ no static plan can hold. :func:`fold_shapes` replaces them by constants:
   ``onnx.reference`` and becomes an initializer.
 
 Float computations and large tensors are left to TVM (they are data, not
-shapes). The model computes exactly what it did; only the graph is simpler.
+shapes). An ``If`` whose condition folds to a constant is replaced by the branch
+it takes (exporters write ``if x.shape[1] > 1:`` as one). The model computes
+exactly what it did; only the graph is simpler.
 
 Example
 -------
@@ -138,6 +140,39 @@ def fold_shapes(model, input_shapes: dict | None = None, rounds: int = 8):
     return model
 
 
+def _taken_branch(node, cond: bool, graph) -> list:
+    """The nodes of the branch an ``If`` with a constant condition takes, inlined: its tensors renamed apart
+    (``<if output>/<name>``), its initializers added to ``graph``, its outputs bound to the ``If``'s outputs
+    by ``Identity`` nodes. The branch's references to the enclosing graph's tensors stay as they are."""
+    from onnx import helper
+
+    branch = next(a.g for a in node.attribute if a.name == ("then_branch" if cond else "else_branch"))
+    prefix = f"{node.output[0]}/{'then' if cond else 'else'}/"
+    local = {t.name for t in branch.initializer} | {o for n in branch.node for o in n.output}
+
+    def rename(name):
+        return prefix + name if name in local else name
+
+    for t in branch.initializer:
+        c = type(t)()
+        c.CopyFrom(t)
+        c.name = rename(t.name)
+        graph.initializer.append(c)
+    out = []
+    for n in branch.node:
+        c = type(n)()
+        c.CopyFrom(n)
+        c.name = prefix + (n.name or n.op_type)
+        del c.input[:]
+        c.input.extend(rename(i) if i else i for i in n.input)
+        del c.output[:]
+        c.output.extend(rename(o) for o in n.output)
+        out.append(c)
+    for res, o in zip(branch.output, node.output):
+        out.append(helper.make_node("Identity", [rename(res.name)], [o], name=f"{prefix}{o}"))
+    return out
+
+
 def _fold_round(model) -> bool:
     """One round of shape inference and folding, in place; True if a node was folded."""
     from onnx import numpy_helper
@@ -148,7 +183,13 @@ def _fold_round(model) -> bool:
     shapes = _static_shapes(model)
     keep, folded = [], []
     graph_outputs = {o.name for o in g.output}
+    inlined = False
     for node in g.node:
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input and node.input[0] in values \
+                and values[node.input[0]].size == 1:
+            keep.extend(_taken_branch(node, bool(values[node.input[0]].reshape(-1)[0]), g))
+            inlined = True
+            continue
         if node.domain not in ("", "ai.onnx") or node.op_type not in FOLDABLE or graph_outputs & set(node.output):
             keep.append(node)
             continue
@@ -175,7 +216,7 @@ def _fold_round(model) -> bool:
         for name, arr in zip(node.output, outs):
             values[name] = arr
             folded.append(numpy_helper.from_array(arr, name))
-    if not folded:
+    if not folded and not inlined:
         return False
     used = {i for n in keep for i in n.input} | graph_outputs
     del g.node[:]
