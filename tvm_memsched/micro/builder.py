@@ -448,6 +448,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         mod_ours, int8_report = _tvm_call(lambda: lower_int8(mod), "int8 lowering")
         seconds["int8"] = time.perf_counter() - t_int8
     reference = mod_ours if planner == "tvm_memsched" else mod
+    mod_ours, constant_sites = shrink_constants_(mod_ours) if (ours and shrink_constants) else (mod_ours, [])
     if ours:          # what exporters write differently in one form (as compare's side of ours)
         from ..relax.passes.absorb_transposes import absorb_transposes
         from ..relax.passes.affine_chains import fold_affine_chains
@@ -458,7 +459,6 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         if affine:
             kw = affine if isinstance(affine, dict) else {}
             mod_ours = _tvm_call(lambda: fold_affine_chains(mod_ours, **kw)[0], "the affine chains")
-    mod_ours, constant_sites = shrink_constants_(mod_ours) if (ours and shrink_constants) else (mod_ours, [])
     from ..relax.passes.layout import ChannelsFirstReduction, convolutions_to
     from ..relax.pipeline import resolve_layout
 

@@ -342,13 +342,13 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
                 r_mod, r_report = identity_rewrite(ours_mod, **kw)
                 rewrites = [asdict(site) for site in r_report.sites]
                 ours_mod = r_mod if rewrites else ours_mod
+            if shrink_constants:
+                ours_mod = shrink_constants_(ours_mod)[0]
             if options.get("absorb_transposes", True):
                 ours_mod = absorb_transposes(ours_mod)[0]
             affine = options.get("affine_chains", True)
             if affine:
                 ours_mod = fold_affine_chains(ours_mod, **(affine if isinstance(affine, dict) else {}))[0]
-            if shrink_constants:
-                ours_mod = shrink_constants_(ours_mod)[0]
             conv_layout = resolve_layout(options.get("layout", "auto"), options.get("inplace", True))
             if conv_layout:
                 ours_mod = convolutions_to(ours_mod, conv_layout.rstrip("?"),

@@ -4,11 +4,11 @@
 (library dispatch, legalization and fusion, dataflow lowering, finalization)
 with
 
-* ``AbsorbTransposes`` and ``FoldAffineChains`` first, on the imported operators
-  (what exporters write differently written one way: a convolution or pooling
-  wrapped in transposes to and from channels-last computed channels-last, a batch
-  norm in any spelling as plain arithmetic without a square root per element), then
-  ``ShrinkConstants`` (constants at their stored shape, not broadcast), then
+* ``ShrinkConstants`` first, on the imported operators (constants at their stored
+  shape, not broadcast), then ``AbsorbTransposes`` and ``FoldAffineChains`` (what
+  exporters write differently written one way: a convolution or pooling wrapped in
+  transposes to and from channels-last computed channels-last, a batch norm in any
+  spelling as plain arithmetic without a square root per element), then
   ``ConvolutionLayout`` (convolutions channels-last, so that in-place execution can overlap their inputs and
   outputs; with in-place execution on) and, after fusion, ``ChannelsFirstReduction``
   (their sums in TVM's NCHW order, bit-identical outputs, output channels
@@ -110,7 +110,7 @@ class MemschedPipeline:
         self.tiling = None
         if tile:
             self.tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
-        first = (self.tiling, self.int8, self.rewrite, self.transposes, self.affine, self.constants, self.layout)
+        first = (self.tiling, self.int8, self.rewrite, self.constants, self.transposes, self.affine, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
             + st["legalize"] + [q for q in (self.inline, self.reduction, self.shrink) if q is not None] \
             + list(extra_passes)
