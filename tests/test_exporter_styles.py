@@ -266,3 +266,19 @@ def test_style_bytes_refuses_an_unknown_style():
     f = io.BytesIO()
     exporter_styles.export_style(torch_nets.densenet(**TINY), "decomposed", f, 16)
     assert f.getvalue()
+
+
+def test_batch_norm_spellings_of_a_tiny_densenet_import_as_the_same_operators():
+    """Caffe2's batch norm + Mul + Add and the Sub / Div(Sqrt) / Mul / Add spelling of the same DenseNet become the
+    same operators in the same order (so the same kernels and plans); before, one had a square root per element."""
+    from tvm_memsched.relax.frontends.onnx_frontend import from_onnx_bytes
+
+    net = torch_nets.densenet(**TINY)
+    ops = {}
+    for style in ("caffe2", "decomposed"):
+        mod = from_onnx_bytes(exporter_styles.style_bytes(net, style, 32))
+        new, report = fold_affine_chains(mod)
+        assert len(report) == 7                               # every batch norm of the network
+        ops[style] = _ops(relax.transform.DeadCodeElimination()(new))
+        assert "relax.nn.batch_norm" not in ops[style] and "relax.sqrt" not in ops[style]
+    assert ops["caffe2"] == ops["decomposed"]
