@@ -15,7 +15,8 @@ this one) with the same two exporters, so one architecture can be compared acros
     python scripts/bench_frontends.py --out docs/bench/frontends/densenet121 --models densenet \
         --external torchvision:densenet121 --external timm:densenet121 --export-python VENV/bin/python
 
-``--styles`` writes each zoo model as the exporters of :mod:`tvm_memsched.zoo.exporter_styles` write it
+``--keep-exporter-forms`` measures ours without the passes that write the styles one way (``FoldAffineChains``,
+``AbsorbTransposes``). ``--styles`` writes each zoo model as the exporters of :mod:`tvm_memsched.zoo.exporter_styles` write it
 (torchvision's ONNX, ``.pt2``, Caffe2's batch norm + Mul + Add, folded Mul + Add, Sub / Div / Mul / Add,
 Keras channels-last with transposes) instead of ``--formats``; ``--stem`` names the output files:
 
@@ -84,7 +85,7 @@ def onnxruntime_reference(path: str):
     return "onnxruntime (CPU)", lambda inputs: session.run(None, dict(zip(names, inputs)))
 
 
-def measure(name: str, fmt: str, path: str) -> dict:
+def measure(name: str, fmt: str, path: str, **options) -> dict:
     import tvm
 
     from tvm_memsched.relax.compare import compare
@@ -93,7 +94,8 @@ def measure(name: str, fmt: str, path: str) -> dict:
     mod, _ = load_relax_spec(path)
     t1 = time.perf_counter()
     reference = onnxruntime_reference(path) if fmt == "onnx" else None
-    c = compare(mod, tvm.target.Target({"kind": "llvm"}), name=f"{name}.{fmt}", reference=reference).to_dict()
+    c = compare(mod, tvm.target.Target({"kind": "llvm"}), name=f"{name}.{fmt}", reference=reference,
+                **options).to_dict()
     row = {"model": name, "format": fmt, "file_bytes": os.path.getsize(path), "import_seconds": round(t1 - t0, 1),
            "compare_seconds": round(time.perf_counter() - t1, 1), "tvm_default_bytes": c["default_planned_bytes"],
            "ours_bytes": c["memsched_planned_bytes"], "ratio": c["ratio"], "numerics_ok": c["numerics_ok"],
@@ -120,7 +122,7 @@ def markdown(rows, meta) -> str:
            "|---|---|---|---:|---:|---:|---:|---:|---|"]
     styled = any("style" in r for r in rows)
     if styled:
-        out[-3] += (" Exporter styles (`tvm_memsched.zoo.exporter_styles`): the same network and weights as "
+        out[2] += (" Exporter styles (`tvm_memsched.zoo.exporter_styles`): the same network and weights as "
                     "torchvision's ONNX export writes it (`onnx`), as `torch.export` does (`pt2`), Caffe2-style "
                     "(batch norm with scale 1, shift 0, then `Mul` gamma and `Add` beta: `caffe2`), folded "
                     "statistics (`Mul` + `Add`: `affine`), spelled out (`Sub` mean, `Div` `Sqrt(var + eps)`, `Mul`, "
@@ -173,6 +175,8 @@ def main(argv=None) -> int:
     ap.add_argument("--styles", nargs="*", default=None, choices=exporter_styles.STYLES,
                     help="write each zoo model in these exporter styles (in place of --formats)")
     ap.add_argument("--stem", default="frontends", help="output files: STEM.json and STEM.md (default frontends)")
+    ap.add_argument("--keep-exporter-forms", action="store_true",
+                    help="ours without FoldAffineChains and AbsorbTransposes (what the styles planned before them)")
     args = ap.parse_args(argv)
     for e in args.external:
         if e.split(":", 1)[0] not in ("torchvision", "timm") or ":" not in e:
@@ -195,7 +199,8 @@ def main(argv=None) -> int:
                     path = os.path.join(d, f"{name}_{style}.{fmt}")
                     exporter_styles.export_style(net, style, path, args.size)
                     print(f"{name} ({style}).{fmt} ...", file=sys.stderr)
-                    rows.append(dict(measure(name, fmt, path), source="zoo", style=style))
+                    keep = {"affine_chains": False, "absorb_transposes": False} if args.keep_exporter_forms else {}
+                    rows.append(dict(measure(name, fmt, path, **keep), source="zoo", style=style))
                     print(f"  {rows[-1]}", file=sys.stderr)
                 continue
             for fmt in args.formats:
