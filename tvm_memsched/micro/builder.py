@@ -276,7 +276,8 @@ def _split_pipeline(target, method, time_limit, alignment, progress, options):
 
     p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
                  progress=progress, workspace_shared=True, int8=False, shrink_workspace=False,
-                 shrink_constants=False, **dict(options, layout="keep", inline_producers=False))
+                 shrink_constants=False, **dict(options, layout="keep", inline_producers=False, affine_chains=False,
+                                                absorb_transposes=False))
     names = p.pass_names()
     f, i, k = names.index("FuseTIR"), names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
@@ -448,6 +449,16 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         seconds["int8"] = time.perf_counter() - t_int8
     reference = mod_ours if planner == "tvm_memsched" else mod
     mod_ours, constant_sites = shrink_constants_(mod_ours) if (ours and shrink_constants) else (mod_ours, [])
+    if ours:          # what exporters write differently in one form (as compare's side of ours)
+        from ..relax.passes.absorb_transposes import absorb_transposes
+        from ..relax.passes.affine_chains import fold_affine_chains
+
+        if options.pop("absorb_transposes", True):
+            mod_ours = _tvm_call(lambda: absorb_transposes(mod_ours)[0], "the transposed convolutions")
+        affine = options.pop("affine_chains", True)
+        if affine:
+            kw = affine if isinstance(affine, dict) else {}
+            mod_ours = _tvm_call(lambda: fold_affine_chains(mod_ours, **kw)[0], "the affine chains")
     from ..relax.passes.layout import ChannelsFirstReduction, convolutions_to
     from ..relax.pipeline import resolve_layout
 
@@ -472,7 +483,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         fused_ours = fused if mod_ours is mod else \
             _tvm_call(lambda: tvm.transform.Sequential(common)(mod_ours), "TVM's Relax lowering")
         kernel_passes = ([InlineProducers(bands=False)] if inline else []) + ([shrink] if shrink is not None else [])
-        if conv_layout:                # acts only on convolutions ConvolutionLayout converted
+        if ours:        # acts only on convolutions ConvolutionLayout or absorb_transposes converted from NCHW
             kernel_passes.append(ChannelsFirstReduction())
         pre_ours = _tvm_call(lambda: tvm.transform.Sequential(kernel_passes + lower + [reorder] + middle)(fused_ours),
                              "the Relax pipeline") if ours else None

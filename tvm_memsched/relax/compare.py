@@ -43,6 +43,8 @@ from .pipeline import pipeline, resolve_layout
 from .analysis.profiling import PassTimer, peak_rss
 from .passes.transform import ArenaPlanMemory
 from .passes.shrink_constants import shrink_constants as shrink_constants_
+from .passes.absorb_transposes import absorb_transposes
+from .passes.affine_chains import fold_affine_chains
 from .target import as_target, stages
 from .analysis.workspace import WorkspaceMeter
 
@@ -343,6 +345,11 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
                 ours_mod = r_mod if rewrites else ours_mod
             if shrink_constants:
                 ours_mod = shrink_constants_(ours_mod)[0]
+            if options.get("absorb_transposes", True):
+                ours_mod = absorb_transposes(ours_mod)[0]
+            affine = options.get("affine_chains", True)
+            if affine:
+                ours_mod = fold_affine_chains(ours_mod, **(affine if isinstance(affine, dict) else {}))[0]
             conv_layout = resolve_layout(options.get("layout", "auto"), options.get("inplace", True))
             if conv_layout:
                 ours_mod = convolutions_to(ours_mod, conv_layout.rstrip("?"),
@@ -352,7 +359,8 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
                          shrink_workspace=shrink_workspace, shrink_constants=False, **options)
             reorder, arena = p.reorder, p.arena
-            reduction = ChannelsFirstReduction() if conv_layout else None   # only convolutions it converted
+            # only convolutions ConvolutionLayout or AbsorbTransposes converted from NCHW
+            reduction = ChannelsFirstReduction() if conv_layout or options.get("absorb_transposes", True) else None
             kernel_passes = [q for q in (p.inline, reduction, p.shrink) if q is not None] + extra
             m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
             after_reorder = [reorder] + ([p.balance] if p.balance is not None else [])

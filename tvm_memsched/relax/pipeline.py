@@ -4,9 +4,12 @@
 (library dispatch, legalization and fusion, dataflow lowering, finalization)
 with
 
-* ``ShrinkConstants`` first, on the imported operators (constants at their
-  stored shape, not broadcast), then ``ConvolutionLayout`` (convolutions
-  channels-last, so that in-place execution can overlap their inputs and
+* ``ShrinkConstants`` first, on the imported operators (constants at their stored
+  shape, not broadcast), then ``AbsorbTransposes`` and ``FoldAffineChains`` (what
+  exporters write differently written one way: a convolution or pooling wrapped in
+  transposes to and from channels-last computed channels-last, a batch norm in any
+  spelling as plain arithmetic without a square root per element), then
+  ``ConvolutionLayout`` (convolutions channels-last, so that in-place execution can overlap their inputs and
   outputs; with in-place execution on) and, after fusion, ``ChannelsFirstReduction``
   (their sums in TVM's NCHW order, bit-identical outputs, output channels
   innermost),
@@ -38,6 +41,8 @@ import tvm
 from . import legalize  # noqa: F401 - registers the legalizations TVM lacks (NHWC conv2d_transpose)
 from .int8.lower import IntegerLowering
 from .passes.layout import LAYOUTS, ChannelsFirstReduction, ConvolutionLayout
+from .passes.absorb_transposes import AbsorbTransposes
+from .passes.affine_chains import FoldAffineChains
 from .passes.inline_producers import InlineProducers
 from .passes.tiling import PatchTiling
 from .passes.balance_kernels import BalanceKernels
@@ -73,7 +78,8 @@ class MemschedPipeline:
     def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
                  workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
                  shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", tile=False,
-                 inline_producers=True, tradeoff="memory", allowance=0.10, **options):
+                 inline_producers=True, tradeoff="memory", allowance=0.10, affine_chains=True,
+                 absorb_transposes=True, **options):
         if tradeoff not in TRADEOFFS:
             raise ValueError(f"unknown tradeoff {tradeoff!r}; use one of {', '.join(TRADEOFFS)}")
         self.target = as_target(target)
@@ -94,13 +100,17 @@ class MemschedPipeline:
         self.inline = InlineProducers(**(inline_producers if isinstance(inline_producers, dict) else {})) \
             if inline_producers else None
         self.constants = ShrinkConstants() if shrink_constants else None
+        self.affine = FoldAffineChains(**(affine_chains if isinstance(affine_chains, dict) else {})) \
+            if affine_chains else None
+        self.transposes = AbsorbTransposes() if absorb_transposes else None
         conv_layout = resolve_layout(layout, inplace)
         self.layout = ConvolutionLayout(conv_layout) if conv_layout else None
-        self.reduction = ChannelsFirstReduction() if conv_layout else None
+        # NCHW summation order for the convolutions ConvolutionLayout or AbsorbTransposes made channels-last
+        self.reduction = ChannelsFirstReduction() if conv_layout or absorb_transposes else None
         self.tiling = None
         if tile:
             self.tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
-        first = (self.tiling, self.int8, self.rewrite, self.constants, self.layout)
+        first = (self.tiling, self.int8, self.rewrite, self.constants, self.transposes, self.affine, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
             + st["legalize"] + [q for q in (self.inline, self.reduction, self.shrink) if q is not None] \
             + list(extra_passes)
@@ -131,7 +141,7 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
              extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
              shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto", tile=False,
              inline_producers: bool = True, tradeoff: str = "memory", allowance: float = 0.10,
-             **options) -> MemschedPipeline:
+             affine_chains=True, absorb_transposes: bool = True, **options) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
     ``int8=True`` (default) first lowers quantized (dequantize/quantize) operator
@@ -158,15 +168,22 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     test per multiply-accumulate), ``"speed"`` padding computed in bands of rows (a little workspace),
     ``"balanced"`` the faster kernel wherever the peak of live tensors plus workspace stays within
     ``allowance`` (10%) of the memory variant's (:class:`~tvm_memsched.relax.passes.balance_kernels.BalanceKernels`,
-    after the reorder). Every tradeoff takes every in-place overlap the kernels' loop order proves (on
-    LLVM the aliased kernels are compiled apart without ``noalias``,
+    after the reorder). ``affine_chains=False`` keeps per-channel affine chains (batch norms) as imported
+    (default: each in one bit-identical spelling without per-element square roots,
+    :class:`~tvm_memsched.relax.passes.affine_chains.FoldAffineChains`; a dict gives its options, e.g.
+    ``{"mode": "scale_shift", "into_conv": True}``); ``absorb_transposes=False`` keeps convolutions and
+    pooling wrapped in transposes to and from channels-last as imported (default: computed channels-last,
+    :class:`~tvm_memsched.relax.passes.absorb_transposes.AbsorbTransposes`). Every tradeoff takes every
+    in-place overlap the kernels' loop order proves (on LLVM the aliased kernels are compiled apart without
+    ``noalias``,
     :func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`).
     Other options go to the scheduler.
     """
     return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
                             extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,
                             layout=layout, tile=tile, inline_producers=inline_producers, tradeoff=tradeoff,
-                            allowance=allowance, **options)
+                            allowance=allowance, affine_chains=affine_chains,
+                            absorb_transposes=absorb_transposes, **options)
 
 
 def build(mod, target=None, **options):

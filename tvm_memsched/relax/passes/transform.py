@@ -15,7 +15,11 @@
 * :class:`InlineProducers` computes cheap element-wise producers used once inside
   their consumer's kernel (:mod:`tvm_memsched.relax.passes.inline_producers`); run it after FuseTIR;
 * :class:`ShrinkConstants` keeps broadcast constants at their small stored
-  shape (:mod:`tvm_memsched.relax.passes.shrink_constants`); run it at operator level.
+  shape (:mod:`tvm_memsched.relax.passes.shrink_constants`); run it at operator level;
+* :class:`FoldAffineChains` writes per-channel affine chains (a batch norm in any
+  exporter's spelling) one way (:mod:`tvm_memsched.relax.passes.affine_chains`) and
+  :class:`AbsorbTransposes` computes convolutions and pooling wrapped in transposes
+  channels-last (:mod:`tvm_memsched.relax.passes.absorb_transposes`); run them at operator level.
 
 Options are constructor arguments (pass-config keys cannot be registered from
 Python). After a pass has run, ``pass_instance.report`` holds what it did.
@@ -32,6 +36,8 @@ True
 from __future__ import annotations
 
 from ..int8.lower import IntegerLowering
+from .absorb_transposes import AbsorbTransposes
+from .affine_chains import FoldAffineChains
 from .arena import ArenaPlanMemory
 from .identity_rewrite import IdentityRewrite
 from .inline_producers import InlineProducers
@@ -43,4 +49,4 @@ from .tiling import PatchTiling
 
 __all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "ShrinkConstants",
            "IdentityRewrite", "IntegerLowering", "ConvolutionLayout",
-           "ChannelsFirstReduction", "PatchTiling", "InlineProducers"]
+           "ChannelsFirstReduction", "PatchTiling", "InlineProducers", "FoldAffineChains", "AbsorbTransposes"]
