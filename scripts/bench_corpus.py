@@ -28,6 +28,7 @@ standard normal floats) and records what the outputs look like (NaN, infinities,
     python scripts/bench_corpus.py --fetch-only                         # download and check the files
     python scripts/bench_corpus.py --out docs/bench/corpus              # everything (~1 h on 2 cores)
     python scripts/bench_corpus.py --only silero_vad_op15 nmp_tflite --out /tmp/c   # some files
+    python scripts/bench_corpus.py --report-only --out docs/bench/corpus   # README.md from results.json
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -314,8 +316,11 @@ def _cli():
 
 
 def last_error(text: str) -> str:
+    """The line of a command's output that says why it failed: the CLI's own ``tvm-memsched: error:`` line,
+    else the last line that mentions an error."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errs = [ln for ln in lines if "error" in ln.lower() or "unsupported" in ln.lower()]
+    errs = [ln for ln in lines if ln.startswith("tvm-memsched: error")] or \
+        [ln for ln in lines if "error" in ln.lower() or "unsupported" in ln.lower()]
     return ((errs or lines or [""])[-1])[:500]
 
 
@@ -555,6 +560,12 @@ def _mib(n) -> str:
     return "" if n is None else (f"{n / MIB:.2f} MiB" if n >= MIB / 4 else f"{n / 1024:.1f} KiB")
 
 
+def _short(text: str) -> str:
+    """``text`` with the cache's folders cut from file paths (``/root/.cache/.../files/PKG-VER/a/b.onnx`` ->
+    ``a/b.onnx``)."""
+    return re.sub(r"/\S*?/files/[^/\s]+/", "", str(text))
+
+
 def _cell(v) -> str:
     if v is True:
         return "pass"
@@ -608,15 +619,16 @@ def write_report(rows: list, out: str, args) -> None:
                      f"| {_cell(p.get('compare'))} | {planned} | {_cell(p.get('micro'))} | {ram} |")
     lines += ["", "(†) from a package the project already uses elsewhere; not counted.", "",
               "## Failures", "",
-              "The last error line each command printed (see the report of the corpus work package for the "
-              "classification by operator, reproduction and source).", ""]
+              "The last error line each command printed; [FAILURES.md](FAILURES.md) classifies them by operator "
+              "or feature, with the smallest reproduction (`repro/`) and the code they come from.", ""]
     for r in rows:
         for cmd, why in passes(r).items():
-            if why is not True:
-                lines.append(f"* `{r['id']}` {cmd}: {why}")
+            if why is not True and not why.startswith("skipped"):
+                lines.append(f"* `{r['id']}` {cmd}: {_short(why)}")
     lines += ["", "## Numerics to look at", "",
               "Reference outputs on compare's kind of random inputs (standard normal floats) that make a passing "
-              "numerics check weak, and passing checks with large differences:", ""]
+              "numerics check weak (NaN, infinite or constant), and passing checks with large differences "
+              "(none is listed when there is none; see also FAILURES.md):", ""]
     for r in rows:
         why = suspicious(r.get("reference_outputs") or {})
         c = r["compare"]
@@ -658,7 +670,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per command")
     ap.add_argument("--skip-micro", action="store_true")
+    ap.add_argument("--report-only", action="store_true", help="rewrite README.md from OUT/results.json")
     args = ap.parse_args(argv)
+    if args.report_only:
+        with open(os.path.join(args.out, "results.json")) as f:
+            write_report(json.load(f)["rows"], args.out, args)
+        return 0
     todo = [e for e in CORPUS if not args.only or e["id"] in args.only]
     paths = {}
     for e in todo:
