@@ -67,8 +67,8 @@ def add_model(mutate=None, *, extra_subgraph=None):
     return builder.serialize(m)
 
 
-def while_model():
-    """Subgraph 0 runs a WHILE loop over subgraphs 1 (cond) and 2 (body)."""
+def while_model(body: int = 2):
+    """Subgraph 0 runs a WHILE loop over subgraphs 1 (cond) and ``body`` (2)."""
     def sub(name):
         sg = tfl.SubGraphT()
         t = tfl.TensorT()
@@ -85,7 +85,7 @@ def while_model():
         op.opcodeIndex = len(m.operatorCodes) - 1
         op.inputs, op.outputs = [2], [2]
         op.builtinOptionsType = OP.WhileOptions
-        op.builtinOptions = tfl.WhileOptionsT(condSubgraphIndex=1, bodySubgraphIndex=2)
+        op.builtinOptions = tfl.WhileOptionsT(condSubgraphIndex=1, bodySubgraphIndex=body)
         m.subgraphs[0].operators.append(op)
     return add_model(mutate)
 
@@ -270,9 +270,6 @@ def bad_inputs():
     corrupt = bytearray(good)
     corrupt[8:2000] = np.random.default_rng(0).integers(0, 256, 1992, dtype=np.uint8).tobytes()
 
-    def variable(m):
-        m.subgraphs[0].tensors[0].isVariable = True
-
     def dynamic(m):
         m.subgraphs[0].tensors[0].shapeSignature = [1, -1]
 
@@ -285,8 +282,8 @@ def bad_inputs():
         "not a flatbuffer": (b"this is a text file, not a model\n" * 4, InputFileError, "not a TFLite flatbuffer"),
         "empty": (b"", InputFileError, "too short"),
         "bad tensor index": (add_model(bad_index), InputFileError, "refers to tensor 99"),
-        "control flow": (while_model(), UnsupportedError, "control-flow operator WHILE"),
-        "variable tensor": (add_model(variable), UnsupportedError, "variable tensor"),
+        "control flow to a missing subgraph": (while_model(body=9), UnsupportedError,
+                                               r"WHILE at index \d+ calls subgraph\(s\) \[1, 9\], which the file"),
         "dynamic shape": (add_model(dynamic), UnsupportedError, "dynamic shape"),
     }
 
@@ -358,16 +355,38 @@ def test_constant_whose_shape_does_not_fit_its_buffer_is_refused():
         read_tflite(_mutated(grow))
 
 
-def test_activation_with_a_zero_dimension_is_refused():
-    from tvm_memsched.core.errors import InputFileError
+def test_activation_with_a_zero_dimension_is_planned_with_no_bytes():
     from tvm_memsched.tflite.reader import read_tflite
 
     def zero(m):
         sg = m.subgraphs[0]
         op = sg.operators[2]
         sg.tensors[int(op.outputs[0])].shape = [1, 0, 4, 4]
-    with pytest.raises(InputFileError, match="zero dimension"):
-        read_tflite(_mutated(zero))
+        return sg.tensors[int(op.outputs[0])].name.decode()
+    name = {}
+    tg = read_tflite(_mutated(lambda m: name.setdefault("t", zero(m))))
+    assert tg.graph.tensor_bytes(name["t"]) == 0
+
+
+def test_control_flow_and_variable_tensors_as_the_converter_writes_them():
+    """WHILE and IF (TensorFlow's converter) are ops whose workspace is their subgraphs' activations; an
+    LSTM's variable state tensors are persistent, not planned."""
+    import os
+
+    from tvm_memsched.tflite.builder import tensor_nbytes
+    from tvm_memsched.tflite.reader import read_tflite
+
+    data = os.path.join(os.path.dirname(__file__), "data", "coverage")
+    for case, kind in (("while", "WHILE"), ("if", "IF")):
+        tg = read_tflite(os.path.join(data, f"{case}.float32.tflite"))
+        sub = sum(tensor_nbytes(t) for sg in tg.model.subgraphs[1:] for t in sg.tensors
+                  if not (t.buffer and tg.model.buffers[t.buffer].data is not None))
+        (op,) = [o for o in tg.graph.ops if o.attrs["kind"] == kind]
+        assert op.workspace_bytes == sub > 0
+    tg = read_tflite(os.path.join(data, "unidirectional_sequence_lstm.float32.tflite"))
+    sg = tg.model.subgraphs[0]
+    variables = {t.name.decode() for t in sg.tensors if t.isVariable}
+    assert len(variables) == 2 and not variables & set(tg.graph.tensor_index)
 
 
 def test_offline_offsets_beyond_int32_are_refused():

@@ -81,7 +81,7 @@ def cmd_info(args) -> int:
     if is_tflite_spec(args.graph):
         from ..tflite.quantization import quantization_scheme
 
-        tg = load_tflite_spec(args.graph)
+        tg = load_tflite_spec(args.graph, args.input_shape)
         graph, scheme = tg.graph, quantization_scheme(tg.model)
     else:
         graph = load_graph_spec(args.graph, args.input_shape)
@@ -124,7 +124,7 @@ def cmd_compare(args) -> int:
         if tiled is not None:
             untiled, mod = untiled_mod, tiled
     c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
-                progress=progress_for(args), run=not args.no_run, reference=_reference(args.model, mod),
+                progress=progress_for(args), run=not args.no_run, reference=_reference(args.model, mod, args.input_shape),
                 inputs=_initial_state_inputs(mod),
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
                 layout=args.layout, inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
@@ -156,7 +156,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _reference(spec: str, mod):
+def _reference(spec: str, mod, input_shapes=None):
     """``(name, run)`` running the model file in the runtime it was made for, on compare's inputs: a
     ``.tflite`` in LiteRT's reference kernels, an ``.onnx`` in onnxruntime (CPU); None where there is none
     (a ``.pt2``, a stateful model whose inputs differ, the runtime not installed or refusing the file)."""
@@ -170,8 +170,9 @@ def _reference(spec: str, mod):
 
         buf = zoo.tflite(*z)
     elif z is None and spec.lower().endswith(".tflite"):
-        with open(spec, "rb") as f:
-            buf = f.read()
+        from .models import tflite_bytes
+
+        buf = tflite_bytes(spec, input_shapes)     # with the shapes the model was imported with
     else:
         return None
     from ..relax.frontends.tflite_state import states

@@ -139,7 +139,7 @@ def run(args) -> int:
     if args.invocations is not None and args.invocations < 1:
         raise MemschedError(f"--invocations must be at least 1, got {args.invocations}")
     mod, model_name = load_relax_spec(args.model, input_shapes=args.input_shape)
-    tfl = tflite_bytes(args.model)
+    tfl = tflite_bytes(args.model, args.input_shape)
     refused = tflm_refuses(tfl) if tfl is not None else None
     tflm_readable = tfl is not None and tflite_available() and not offset_buffer_count(tfl) and not refused
     compare_tflm = args.compare_tflm

@@ -113,12 +113,12 @@ def load_graph_spec(spec: str, input_shapes=None):
     """
     z = parse_zoo_spec(spec)
     ext = _extension(spec)
-    if input_shapes and (z is not None or ext not in (".onnx", ".pt2")):
-        raise UnsupportedError(f"'{spec}': --input-shape is for .onnx and .pt2 files")
+    if input_shapes and (z is not None or ext not in MODEL_FILES):
+        raise UnsupportedError(f"'{spec}': --input-shape is for .tflite, .onnx and .pt2 files")
     if z is not None:
         return zoo.graph(z[0], "int8" if z[1] == "int8" else "float32")
     if ext == ".tflite":
-        return load_tflite_spec(spec).graph
+        return load_tflite_spec(spec, input_shapes).graph
     if ext in MODEL_FILES:
         from ..relax.graph import function_graph
 
@@ -154,13 +154,19 @@ def load_relax_spec(spec: str, input_shapes=None):
     if ext not in MODEL_FILES:
         raise UnsupportedError(f"unsupported model file '{spec}': expected a .tflite, .onnx or .pt2 file or "
                                "zoo:NAME")
+    name = os.path.splitext(os.path.basename(spec))[0]
+    if ext == ".tflite":
+        from ..relax.frontends.frontend import from_tflite_bytes
+
+        return from_tflite_bytes(tflite_bytes(spec, shapes), spec), name
     from ..relax.frontends.frontend import from_file
 
-    return from_file(spec, shapes or None), os.path.splitext(os.path.basename(spec))[0]
+    return from_file(spec, shapes or None), name
 
 
-def load_tflite_spec(spec: str):
-    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` file or ``zoo:NAME[:int8|:float16|:hybrid]``."""
+def load_tflite_spec(spec: str, input_shapes=None):
+    """The :class:`~tvm_memsched.tflite.reader.TFLiteGraph` of a ``.tflite`` file or ``zoo:NAME[:int8|:float16|:hybrid]``
+    (``input_shapes``: of the inputs a file leaves open, :func:`tflite_bytes`)."""
     from ..tflite.reader import read_tflite
 
     z = parse_zoo_spec(spec)
@@ -170,12 +176,18 @@ def load_tflite_spec(spec: str):
                            label=spec)
     if _extension(spec) in (".onnx", ".pt2"):
         raise UnsupportedError(f"{spec}: this command rewrites .tflite files; give a .tflite file or zoo:NAME")
-    return read_tflite(spec)
+    return read_tflite(tflite_bytes(spec, input_shapes), label=spec,
+                       name=os.path.splitext(os.path.basename(spec))[0])
 
 
-def tflite_bytes(spec: str) -> bytes | None:
+def tflite_bytes(spec: str, input_shapes=None) -> bytes | None:
     """The ``.tflite`` bytes behind a spec (a ``.tflite`` file or ``zoo:NAME:int8``; the reference for checks),
-    None for other specs (``zoo:NAME`` is built as a Relax module directly)."""
+    None for other specs (``zoo:NAME`` is built as a Relax module directly).
+
+    A file whose inputs leave dimensions open (``-1`` in their shape signature) comes back with them set
+    from ``input_shapes`` and every shape the runtimes would resolve written in
+    (:func:`~tvm_memsched.relax.frontends.tflite_fold.bind_inputs`): what is imported, planned and checked
+    against LiteRT and TFLite Micro is then one static model."""
     z = parse_zoo_spec(spec)
     if z is not None:
         return zoo.tflite(*z) if z[1] != "float32" else None
@@ -183,7 +195,23 @@ def tflite_bytes(spec: str) -> bytes | None:
         return None
     from ..tflite.reader import read_bytes
 
-    return read_bytes(spec)[0]
+    buf = read_bytes(spec)[0]
+    shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        return buf                          # the importer names what is wrong with it
+    try:
+        import tflite  # noqa: F401 - the flatbuffer accessors bind_inputs reads with
+    except ImportError:
+        return buf
+    from ..relax.frontends.tflite_fold import bind_inputs, static_shapes
+
+    try:
+        bound = bind_inputs(buf, shapes, spec)
+        return static_shapes(bound, tflite.Model.GetRootAsModel(bound, 0))
+    except MemschedError:
+        raise
+    except Exception:  # noqa: BLE001 - a corrupt file: the reader and the importer say what is wrong with it
+        return buf
 
 
 def add_layout_argument(parser) -> None:
@@ -272,7 +300,7 @@ def tiled_relax_spec(spec: str, args, progress=None):
     from ..tflite.reader import read_tflite
 
     z = parse_zoo_spec(spec)
-    buf = zoo.tflite(*z) if z is not None else tflite_bytes(spec)
+    buf = zoo.tflite(*z) if z is not None else tflite_bytes(spec, getattr(args, "input_shape", None))
     if buf is None:                       # ONNX, .pt2, Relax: the Relax rewrite (tvm_memsched.relax.passes.tiling)
         untiled, _ = load_relax_spec(spec, input_shapes=getattr(args, "input_shape", None))
         res = search_tiling_for(untiled, args, progress=progress)

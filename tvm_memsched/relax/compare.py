@@ -472,7 +472,7 @@ def _max_abs_diff(a, b) -> float:
     infinity count as equal (a logarithm of a negative input is NaN in every runtime), NaN against a
     number as infinitely far."""
     def diff(x, y):
-        x, y = x.astype(np.float64), y.astype(np.float64)
+        x, y = np.atleast_1d(x).astype(np.float64), np.atleast_1d(y).astype(np.float64)
         with np.errstate(invalid="ignore"):
             d = np.abs(x - y)
         d[(np.isnan(x) & np.isnan(y)) | (x == y)] = 0.0

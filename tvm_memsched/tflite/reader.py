@@ -40,14 +40,16 @@ zoo's graphs are, so schedules of ``zoo.graph(name)`` and of the zoo's
 Errors are :mod:`tvm_memsched.core.errors` exceptions: :class:`InputFileError`
 for files that are not TFLite flatbuffers, are truncated or corrupt, or whose
 dataflow is inconsistent; :class:`UnsupportedError` for features the scheduler
-cannot model: control-flow operators calling other subgraphs (``WHILE``,
-``IF``, ``CALL``, StableHLO regions...; ``CALL_ONCE`` of an initialisation
-subgraph without inputs, outputs or further control flow is supported),
-legacy variable tensors (``is_variable``), dynamic shapes (a ``-1`` in
+cannot model: dynamic shapes (a ``-1`` in
 ``shape_signature`` beyond the batch dimension; a dynamic batch, which the
 TFLite converter writes for every Keras model, is planned at the stored shape,
 as TFLite Micro allocates it), sparse activations and string tensors. Extra
 subgraphs that no operator of subgraph 0 calls are allowed and left untouched.
+A control-flow operator (``IF``, ``WHILE``, ``CALL``) is an op of subgraph 0
+whose workspace is the activations of the subgraphs it runs (an upper bound:
+they live only while it runs); variable tensors (``is_variable``: an LSTM's
+states, kept across invocations) are persistent, not planned; a tensor of no
+elements is planned with 0 bytes (one that no operator writes is a constant).
 
 Example
 -------
@@ -262,6 +264,18 @@ def is_constant(model, tensor) -> bool:
     return (buf.data is not None and len(buf.data) > 0) or int(buf.size or 0) > 0
 
 
+def _called_subgraph_bytes(model, op) -> int:
+    """Bytes of the activations of the subgraphs a control-flow operator (IF, WHILE, CALL) runs, counted as
+    its workspace: an upper bound of what they hold while it runs (they are live only inside it)."""
+    total = 0
+    for r in sorted(set(_option_subgraphs(op))):
+        sg = model.subgraphs[r]
+        for t in sg.tensors or []:
+            if not is_constant(model, t) and not t.isVariable:
+                total += tensor_nbytes(t) or 0
+    return total
+
+
 def _buffer_nbytes(model, b: int) -> int:
     buf = model.buffers[b]
     if buf.data is not None and len(buf.data):
@@ -360,7 +374,12 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
         taken.add(cand)
         unique.append(cand)
 
-    const = [is_constant(model, t) for t in tensors]
+    produced = {int(o) for op in operators for o in (op.outputs if op.outputs is not None else [])}
+    produced |= {int(i) for i in sg.inputs}
+    # a tensor of no elements that no operator writes is a constant too (an empty shape operand: its buffer
+    # holds no bytes)
+    const = [is_constant(model, t) or (i not in produced and t.shape is not None and 0 in list(t.shape))
+             for i, t in enumerate(tensors)]
 
     used = [False] * len(tensors)
     for i in list(sg.inputs) + list(sg.outputs):
@@ -373,10 +392,10 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
             kind = f"CUSTOM:{cc.decode(errors='replace') if isinstance(cc, bytes) else cc}"
         refs = _option_subgraphs(op)
         if (kind in CONTROL_FLOW_OPS or refs) and kind != "CALL_ONCE":   # CALL_ONCE: checked by analyze_state
-            tgt = f" (calls subgraph {', '.join(map(str, sorted(set(refs))))})" if refs else ""
-            raise UnsupportedError(f"{label}: control-flow operator {kind}{tgt} at index {oi}: only "
-                                   "straight-line dataflow graphs (and CALL_ONCE initialisation of resource "
-                                   "variables) are supported, no WHILE/IF/CALL subgraphs")
+            bad = [r for r in refs if not 0 < r < len(model.subgraphs)]
+            if bad or not refs:
+                raise UnsupportedError(f"{label}: control-flow operator {kind} at index {oi} calls subgraph(s) "
+                                       f"{sorted(set(refs))}, which the file does not have")
         kinds.append(kind)
         for i in list(op.inputs) + list(op.outputs):      # intermediates become workspace, not tensors
             if int(i) >= 0:
@@ -392,15 +411,13 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
                                      f"{have:,} bytes")
 
     # activations: used, non-constant tensors of subgraph 0
-    act = [used[i] and not const[i] for i in range(len(tensors))]
+    # variable tensors (an LSTM's states, kept across invocations) are persistent, not planned activations
+    act = [used[i] and not const[i] and not tensors[i].isVariable for i in range(len(tensors))]
     dyn_batch: list[int] = []
     for i, t in enumerate(tensors):
         if not act[i]:
             continue
         tn = unique[i]
-        if t.isVariable:
-            raise UnsupportedError(f"{label}: variable tensor '{tn}' (state kept across invocations) is not "
-                                   "supported")
         typ = type_name(t.type)
         if typ == "RESOURCE":       # a VAR_HANDLE's handle: the runtimes keep it outside the arena
             continue
@@ -414,9 +431,6 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
             dyn_batch.append(i)
         if t.sparsity is not None:
             raise UnsupportedError(f"{label}: sparse activation tensor '{tn}' is not supported")
-        if t.shape is not None and any(int(d) == 0 for d in t.shape) and typ != "RESOURCE":
-            raise InputFileError(f"{label}: activation tensor '{tn}' has a zero dimension (shape "
-                                 f"{[int(d) for d in t.shape]}): it holds no data and cannot be planned")
 
     tensor_names = [unique[i] if act[i] else None for i in range(len(tensors))]
     g_tensors = [(unique[i], tensor_nbytes(tensors[i]) or 0) for i in range(len(tensors)) if act[i]]
@@ -435,6 +449,7 @@ def read_tflite(source, *, name: str | None = None, label: str | None = None) ->
         op_names.append(oname)
         inter = [int(i) for i in (op.intermediates if op.intermediates is not None else []) if int(i) >= 0]
         workspace = sum(tensor_nbytes(tensors[i]) or 0 for i in inter if not const[i])
+        workspace += _called_subgraph_bytes(model, op)
         params: dict[int, int] = {}
         for i in ins:
             if const[i]:

@@ -12,7 +12,7 @@
   (``tvm.relax.frontend.torch``).
 
 ``input_shapes`` (input name -> shape) sets the inputs' symbolic dimensions
-(ONNX, ``.pt2``; a ``.tflite`` has static shapes). Errors are one line:
+(ONNX, ``.pt2``; a ``.tflite`` whose inputs' shape signatures hold ``-1``). Errors are one line:
 :class:`InputFileError` for unreadable, corrupt or truncated files,
 :class:`UnsupportedError` for unknown extensions, unsupported operators (named)
 and shapes that stay symbolic. Command-line model specs (``zoo:NAME``, paths)
@@ -57,10 +57,7 @@ def from_file(path: str, input_shapes: dict | None = None):
         raise UnsupportedError(f"unsupported model file '{path}': expected {', '.join(MODEL_EXTENSIONS[:-1])} "
                                f"or {MODEL_EXTENSIONS[-1]}")
     if ext == ".tflite":
-        if input_shapes:
-            raise UnsupportedError(f"{path}: a .tflite has static input shapes; --input-shape is for .onnx and "
-                                   ".pt2 files")
-        return from_tflite_file(path)
+        return from_tflite_bytes(_read(path), path, input_shapes)
     buf = _read(path)
     if ext == ".onnx":
         from .onnx_frontend import from_onnx_bytes
@@ -76,8 +73,9 @@ def from_tflite_file(path: str):
     return from_tflite_bytes(_read(path), path)
 
 
-def from_tflite_bytes(buf: bytes, what: str = "model"):
-    """Import a .tflite flatbuffer into Relax, with clear errors for corrupt files."""
+def from_tflite_bytes(buf: bytes, what: str = "model", input_shapes: dict | None = None):
+    """Import a .tflite flatbuffer into Relax, with clear errors for corrupt files. ``input_shapes``: the
+    shapes of inputs the file leaves open (``-1`` in their shape signature; :func:`.tflite_fold.bind_inputs`)."""
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise InputFileError(f"{what} is not a TFLite flatbuffer (no TFL3 identifier)")
     try:
@@ -92,9 +90,11 @@ def from_tflite_bytes(buf: bytes, what: str = "model"):
     from .tflite_state import import_stateful, is_stateful_tflite
 
     def run():
+        from .tflite_fold import bind_inputs, static_shapes
+
         model = tflite.Model.GetRootAsModel(_per_tensor_dimension_zero(buf, tflite), 0)
         if model.SubgraphsLength():
-            from .tflite_fold import static_shapes
+            model = tflite.Model.GetRootAsModel(bind_inputs(bytes(model._tab.Bytes), input_shapes, what), 0)
 
             model = tflite.Model.GetRootAsModel(static_shapes(bytes(model._tab.Bytes), model), 0)
         if model.SubgraphsLength() < 1:

@@ -333,7 +333,7 @@ class OperatorConverter(_TVMConverter):
         as TensorFlow writes a Keras stateful LSTM): TVM's converter reads them as constants."""
         def checked(op):
             for tw in self.get_input_tensors(op)[1:]:
-                if tw.tensor_idx >= 0 and self.has_expr(tw.tensor_idx):
+                if tw.tensor_idx >= 0 and self.has_expr(tw.tensor_idx) and tw.tensor_idx not in self.folded:
                     raise tvm.error.OpNotImplemented(f"{name} with computed bounds ('{_name(tw)}', e.g. a loop "
                                                      "counter in a WHILE body): only constant bounds are supported")
             return convert(op=op)
@@ -459,6 +459,16 @@ class OperatorConverter(_TVMConverter):
             list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
         return R.reshape(R.permute_dims(x, axes), [batch * int(np.prod(block))] +
                          [p // b for p, b in zip(padded, block)] + rest)
+
+    def convert_dequantize(self, op):
+        """DEQUANTIZE; of a float16 tensor whether it is a constant (float16 weights) or computed (a DENSIFY of
+        sparse float16 weights, a float16 input): TVM's converter reads every float16 input as a constant."""
+        from tflite.TensorType import TensorType
+
+        (x_t,) = self.get_input_tensors(op)
+        if x_t.tensor.Type() == TensorType.FLOAT16:
+            return relax.op.astype(self.get_tensor_expr(x_t), "float32")
+        return super().convert_dequantize(op)
 
     def convert_reshape(self, op):
         """RESHAPE to its shape operand's value - a constant, or shape arithmetic folded at import

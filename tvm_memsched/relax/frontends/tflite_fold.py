@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["shape_values", "static_shapes", "builtin_name", "FOLDABLE", "SHAPE_SOURCES", "MAX_ELEMENTS", "DATA_DEPENDENT"]
+__all__ = ["shape_values", "static_shapes", "bind_inputs", "builtin_name", "FOLDABLE", "SHAPE_SOURCES", "MAX_ELEMENTS", "DATA_DEPENDENT"]
 
 #: operators whose output shape depends on the input values: a file holding one keeps its shapes as written
 DATA_DEPENDENT = frozenset({"WHERE", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "UNIQUE",
@@ -103,6 +103,63 @@ def shape_values(buf: bytes, model) -> dict:
     return _evaluate(buf, sorted(shape_only))
 
 
+def bind_inputs(buf: bytes, shapes: dict | None, what: str = "model") -> bytes:
+    """``buf`` with the open dimensions of subgraph 0's inputs set (``shapes``: input name -> shape, as
+    ``--input-shape`` gives them); the rest of the file's shapes follow with :func:`static_shapes`.
+
+    A model traced with a dynamic dimension has ``-1`` in an input's shape signature and a placeholder (1)
+    in its shape (LiteRT users call ``resize_tensor_input``). A ``-1`` batch is taken as 1, as the file says;
+    any other open dimension must be given (:class:`~tvm_memsched.core.errors.UnsupportedError` naming the
+    input and the flag otherwise), and a given shape must keep the rank and the static dimensions.
+
+    >>> bind_inputs(b"", None)
+    b''
+    """
+    from ...core.errors import UnsupportedError
+
+    if not buf:
+        return buf
+    import tflite
+
+    model = tflite.Model.GetRootAsModel(buf, 0)
+    if not model.SubgraphsLength():
+        return buf
+    sg = model.Subgraphs(0)
+    shapes = dict(shapes or {})
+    inputs = {}
+    for t in sg.InputsAsNumpy():
+        tensor = sg.Tensors(int(t))
+        n = tensor.Name()
+        inputs[n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n)] = tensor
+    unknown = sorted(set(shapes) - set(inputs))
+    if unknown:
+        raise UnsupportedError(f"{what}: --input-shape names unknown input(s) {', '.join(unknown)}; the inputs are "
+                               f"{', '.join(inputs) or 'none'}")
+    out = bytearray(buf)
+    for name, tensor in inputs.items():
+        shape = [int(d) for d in tensor.ShapeAsNumpy()] if tensor.ShapeLength() else []
+        sig = [int(d) for d in tensor.ShapeSignatureAsNumpy()] if tensor.ShapeSignatureLength() else list(shape)
+        text = "x".join("?" if d < 0 else str(d) for d in sig) or "scalar"
+        if name not in shapes:
+            if any(d < 0 for d in sig[1:]):
+                hint = "x".join(str(d if d >= 0 else 1) for d in sig)
+                raise UnsupportedError(f"{what}: input '{name}' has shape {text} (the file leaves dimensions open); "
+                                       f"give a static one with --input-shape {name}={hint}")
+            continue
+        given = [int(d) for d in shapes[name]]
+        if len(given) != len(sig) or any(d >= 0 and d != g for d, g in zip(sig, given)):
+            raise UnsupportedError(f"{what}: input '{name}' has shape {text}; --input-shape gives "
+                                   f"{'x'.join(map(str, given))}")
+        for field, length in ((4, tensor.ShapeLength()), (18, tensor.ShapeSignatureLength())):
+            o = tensor._tab.Offset(field)
+            if not o or length != len(given):
+                continue
+            start = tensor._tab.Vector(o)
+            for k, v in enumerate(given):
+                out[start + 4 * k:start + 4 * k + 4] = int(v).to_bytes(4, "little", signed=True)
+    return bytes(out)
+
+
 def static_shapes(buf: bytes, model) -> bytes:
     """``buf`` with every tensor shape of subgraph 0 as LiteRT resolves it for the file's input shapes.
 
@@ -133,8 +190,8 @@ def static_shapes(buf: bytes, model) -> bytes:
     for t in range(sg.TensorsLength()):
         tensor = sg.Tensors(t)
         got = shapes.get(t)
-        for field, length in ((4, tensor.ShapeLength()), (16, tensor.ShapeSignatureLength())):
-            o = tensor._tab.Offset(field)               # Tensor.shape (4), Tensor.shape_signature (16)
+        for field, length in ((4, tensor.ShapeLength()), (18, tensor.ShapeSignatureLength())):
+            o = tensor._tab.Offset(field)               # Tensor.shape (4), Tensor.shape_signature (18)
             if not o or got is None or length != len(got):
                 continue
             start = tensor._tab.Vector(o)
