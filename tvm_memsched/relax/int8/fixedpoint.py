@@ -25,7 +25,8 @@ import math
 import numpy as np
 
 __all__ = ["wrap32", "wrap16", "tflite_round", "quantize_multiplier", "srdhm", "srdhm16",
-           "rounding_divide_by_pot", "multiply_by_quantized_multiplier", "mbqm_array", "quantize_float",
+           "rounding_divide_by_pot", "multiply_by_quantized_multiplier",
+           "multiply_by_quantized_multiplier_int64", "mbqm_array", "quantize_float",
            "calculate_input_radius", "FixedPoint", "exp_on_negative_values", "logistic_q0", "tanh_q0",
            "one_over_one_plus_x_for_x_in_0_1", "rounding_half_sum", "count_leading_zeros",
            "INT32_MIN", "INT32_MAX"]
@@ -104,6 +105,17 @@ def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int
     left = shift if shift > 0 else 0
     right = 0 if shift > 0 else -shift
     return rounding_divide_by_pot(srdhm(wrap32(x * (1 << left)), multiplier), right)
+
+
+def multiply_by_quantized_multiplier_int64(x: int, multiplier: int, shift: int) -> int:
+    """``MultiplyByQuantizedMultiplier(int64_t x, ...)`` (int16 kernels): 16-bit multiplier, one rounding shift.
+
+    >>> multiply_by_quantized_multiplier_int64(1000, 1 << 30, 0)
+    500
+    """
+    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+    total_shift = 15 - shift
+    return wrap32((x * reduced + (1 << (total_shift - 1))) >> total_shift)
 
 
 def mbqm_array(x, multiplier, shift) -> np.ndarray:

@@ -63,12 +63,12 @@ class LoweringReport:
 
 
 def has_qdq(mod) -> bool:
-    """True if a Relax function of ``mod`` has int8/uint8 tensors (TFLite-style quantized structure)."""
+    """True if a Relax function of ``mod`` has int8/uint8/int16 tensors (TFLite-style quantized structure)."""
     found = []
 
     def visit(e):
         ty = getattr(e, "ty", None)
-        if isinstance(e, relax.Var) and isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8"):
+        if isinstance(e, relax.Var) and isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8", "int16"):
             found.append(e)
 
     for _, f in mod.functions_items():
@@ -135,6 +135,15 @@ def _emit(em: _Emitter, m: Match):
         f = K.dense(_shape(m.inputs[0]), w.shape, in_offset=-qx.zp, w_offset=-m.consts["w_zero_point"],
                     requant=rq, has_bias=has_bias)
         return em.call(m, f, "dense_int8", [m.inputs[0], em.const(w)] + [em.const(a) for a in extra])
+    if op == "BATCH_MATMUL":
+        qa, qb = m.qin
+        dt = m.attrs["dtype"]
+        mult, shift = P.quantize_multiplier(float(np.float32(qa.s) * np.float32(qb.s)) / P.f32(m.qout.s))
+        f = K.batch_matmul(_shape(m.inputs[0]), _shape(m.inputs[1]), oshape, adj_x=m.attrs["adj_x"],
+                           adj_y=m.attrs["adj_y"], a_offset=-qa.zp, b_offset=-qb.zp,
+                           requant=K.Requant(mult, shift, m.qout.zp, *m.act), dtype=dt, name=f"batch_matmul_{dt}")
+        args = [em.const(x.value.numpy()) if isinstance(x, tvm.ir.Constant) else x for x in m.inputs]
+        return em.call(m, f, f"batch_matmul_{dt}", args)
     if op in ("ADD", "SUB"):
         qa, qb = m.qin
         p = P.add_params(qa.s, qb.s, m.qout.s, sub=op == "SUB")

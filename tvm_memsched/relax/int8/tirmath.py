@@ -23,7 +23,8 @@ from tvm import tirx
 
 from .fixedpoint import INT32_MAX, INT32_MIN
 
-__all__ = ["dtype", "i32", "i64", "mbqm", "srdhm", "rdbpot", "left_shift", "right_shift_amount", "clamp", "cast_i32"]
+__all__ = ["dtype", "i32", "i64", "mbqm", "mbqm64", "srdhm", "rdbpot", "left_shift", "right_shift_amount", "clamp",
+           "cast_i32"]
 
 
 def dtype(e) -> str:
@@ -93,6 +94,16 @@ def right_shift_amount(shift):
 def mbqm(x, multiplier, shift):
     """``MultiplyByQuantizedMultiplier`` as one expression (duplicates ``x``: for short operands only)."""
     return rdbpot(srdhm(left_shift(x, shift), multiplier), right_shift_amount(shift))
+
+
+def mbqm64(x, multiplier: int, shift: int):
+    """TFLite's ``MultiplyByQuantizedMultiplier(int64_t x, int32_t multiplier, int shift)`` (the int16 kernels'
+    requantization of an int64 accumulator): the multiplier rounded to 16 bits, one rounding right shift by
+    ``15 - shift``, the result truncated to int32 as C's conversion does."""
+    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+    total_shift = 15 - shift
+    v = i64(x) * tirx.const(reduced, "int64") + tirx.const(1 << (total_shift - 1), "int64")
+    return (v >> tirx.const(total_shift, "int64")).astype("int32")
 
 
 def clamp(x, lo: int, hi: int):
