@@ -55,7 +55,7 @@ __all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS"]
 MOVE_OPS = frozenset({"PAD", "PADV2", "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS",
                       "TRANSPOSE", "GATHER", "PACK", "UNPACK", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
                       "RESIZE_NEAREST_NEIGHBOR", "TILE", "BROADCAST_TO", "BATCH_TO_SPACE_ND",
-                      "SPACE_TO_BATCH_ND"})
+                      "SPACE_TO_BATCH_ND", "GATHER_ND"})
 
 #: resource-variable operators: int8 values pass through them unchanged
 RESOURCE_OPS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "VAR_HANDLE", "CALL_ONCE"})
@@ -316,7 +316,8 @@ class OperatorConverter(_TVMConverter):
             outs = self.get_output_tensors(op)
             if ret is None or len(outs) != 1 or isinstance(ret, relax.Tuple):
                 return ret
-            declared = [int(d) for d in self.get_tensor_shape(outs[0])]
+            t = outs[0].tensor          # a TFLite tensor without dimensions is a scalar (TVM would read its data)
+            declared = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
             signature = outs[0].tensor.ShapeSignatureAsNumpy() if outs[0].tensor.ShapeSignatureLength() else None
             if any(d < 0 for d in declared) or (signature is not None and any(int(d) < 0 for d in signature)):
                 return ret
@@ -369,6 +370,104 @@ class OperatorConverter(_TVMConverter):
             return super().convert_fully_connected(op)
         finally:
             del self.get_tensor_expr
+
+    # ------------------------------------------------------------ data movement in plain Relax operators
+    def convert_batch_to_space_nd(self, op):
+        """BATCH_TO_SPACE_ND as reshape, transpose, reshape and crop (TVM calls a TOPI packed function,
+        which neither the VM nor a microcontroller build can run)."""
+        x_t, block_t, crops_t = self.get_input_tensors(op)
+        block = [int(b) for b in self.get_tensor_value(block_t).reshape(-1)]
+        crops = self.get_tensor_value(crops_t).reshape(-1, 2)
+        shape = [int(d) for d in self.get_tensor_shape(x_t)]
+        m = len(block)
+        batch, spatial, rest = shape[0], shape[1:1 + m], shape[1 + m:]
+        prod = int(np.prod(block))
+        if m < 1 or batch % prod or crops.shape[0] != m:
+            raise tvm.error.OpNotImplemented(f"BATCH_TO_SPACE_ND of shape {shape} with block {block}")
+        R = relax.op
+        x = R.reshape(self.get_tensor_expr(x_t), block + [batch // prod] + spatial + rest)
+        # [b0..bm-1, B, s0..sm-1, rest] -> [B, s0, b0, s1, b1, ..., rest]
+        axes = [m] + [a for i in range(m) for a in (m + 1 + i, i)] + list(range(2 * m + 1, 2 * m + 1 + len(rest)))
+        x = R.reshape(R.permute_dims(x, axes), [batch // prod] + [s * b for s, b in zip(spatial, block)] + rest)
+        begin = [int(c) for c in crops[:, 0]]
+        end = [s * b - int(c) for s, b, c in zip(spatial, block, crops[:, 1])]
+        if any(begin) or any(e != s * b for e, s, b in zip(end, spatial, block)):
+            x = R.strided_slice(x, list(range(1, m + 1)), begin, end)
+        return x
+
+    def convert_space_to_batch_nd(self, op):
+        """SPACE_TO_BATCH_ND as pad (with the zero point of a quantized input, as TFLite pads), reshape,
+        transpose and reshape."""
+        x_t, block_t, pad_t = self.get_input_tensors(op)
+        block = [int(b) for b in self.get_tensor_value(block_t).reshape(-1)]
+        pads = self.get_tensor_value(pad_t).reshape(-1, 2)
+        shape = [int(d) for d in self.get_tensor_shape(x_t)]
+        m = len(block)
+        batch, spatial, rest = shape[0], shape[1:1 + m], shape[1 + m:]
+        padded = [s + int(p[0]) + int(p[1]) for s, p in zip(spatial, pads)]
+        if m < 1 or pads.shape[0] != m or any(p % b for p, b in zip(padded, block)):
+            raise tvm.error.OpNotImplemented(f"SPACE_TO_BATCH_ND of shape {shape} with block {block}, paddings "
+                                             f"{pads.tolist()}")
+        R = relax.op
+        x = self.get_tensor_expr(x_t)
+        if pads.any():
+            zp = float(x_t.qnn_params["zero_point"].value.numpy()) if x_t.qnn_params else 0.0
+            width = [0, 0] + [int(v) for p in pads for v in p] + [0, 0] * len(rest)
+            x = R.nn.pad(x, width, pad_value=zp)
+        split = [batch] + [v for p, b in zip(padded, block) for v in (p // b, b)] + rest
+        x = R.reshape(x, split)
+        # [B, s0/b0, b0, s1/b1, b1, ..., rest] -> [b0, b1, ..., B, s0/b0, s1/b1, ..., rest]
+        axes = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + \
+            list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+        return R.reshape(R.permute_dims(x, axes), [batch * int(np.prod(block))] +
+                         [p // b for p, b in zip(padded, block)] + rest)
+
+    def convert_gather_nd(self, op):
+        """GATHER_ND as TensorFlow defines it (the index vectors along the last axis of ``indices``; TVM's
+        converter moved that axis first, as for another framework's operator)."""
+        data_t, idx_t = self.get_input_tensors(op)
+        idx = self.get_tensor_expr(idx_t)
+        if self.get_tensor_type_str(idx_t.tensor.Type()) != "int64":
+            idx = relax.op.astype(idx, "int64")
+        return relax.op.gather_nd(self.get_tensor_expr(data_t), idx)
+
+    # ------------------------------------------------------------ constants behind DEQUANTIZE
+    def get_tensor_value(self, tensor_wrapper, is_sparse=False):
+        """TVM's, and for a tensor that is the output of a DEQUANTIZE of a constant (float16 weights, an
+        int8 constant), the dequantized value: converters that need a constant operand (PADV2's value,
+        an LSTM's weights) get it from a float16 model too."""
+        tw = tensor_wrapper
+        if tw.buffer is not None and not tw.buffer.DataLength() and not is_sparse:
+            folded = self._dequantized_constant(tw.tensor_idx)
+            if folded is not None:
+                return folded
+        return super().get_tensor_value(tw, is_sparse)
+
+    def _dequantized_constant(self, tensor_idx: int):
+        producers = self.conversion_state.setdefault("tvm_memsched_producers", None)
+        if producers is None:
+            producers = {}
+            for i in range(self.subgraph.OperatorsLength()):
+                o = self.subgraph.Operators(i)
+                for t in o.OutputsAsNumpy():
+                    producers[int(t)] = o
+            self.conversion_state["tvm_memsched_producers"] = producers
+        o = producers.get(int(tensor_idx))
+        if o is None or self.get_op_code_str(o) != "DEQUANTIZE":
+            return None
+        (src,) = self.get_tensors(o.InputsAsNumpy()[:1])
+        if src.buffer is None or not src.buffer.DataLength():
+            return None
+        value = super().get_tensor_value(src)
+        if src.qnn_params is None:
+            return np.asarray(value, np.float32)                   # float16 -> float32
+        q = src.tensor.Quantization()
+        scale, zp = q.ScaleAsNumpy().astype(np.float32), q.ZeroPointAsNumpy().astype(np.int64)
+        axis = int(q.QuantizedDimension())
+        shape = [1] * value.ndim
+        if scale.size > 1:
+            shape[axis] = scale.size
+        return ((value.astype(np.int64) - zp.reshape(shape)) * scale.reshape(shape)).astype(np.float32)
 
     def convert_prelu(self, op):
         """PRELU with the slope at its stored shape (``nn.prelu`` over the last axis when it is per channel)."""
