@@ -193,7 +193,7 @@ def _hybrid(conv, op, a_t, b_t, a_shape, b_shape, adj_x, adj_y, declared, where)
     w = conv.get_tensor_value(b_t).astype(np.int8).reshape(b_shape)
     x = conv.get_tensor_expr(a_t)
     try:
-        return hybrid_batch_matmul(conv.bb, x, a_shape, w, scale, adj_x=adj_x, adj_y=adj_y,
+        return hybrid_batch_matmul(conv.bb, x, a_shape, w, scale, declared, adj_x=adj_x, adj_y=adj_y,
                                    asymmetric=bool(opts.AsymmetricQuantizeInputs()))
     except ValueError as e:
         raise tvm.error.OpNotImplemented(f"{where}: {e}") from None

@@ -28,6 +28,12 @@ LiteRT's builtin kernels compute:
   asymmetric, ties to even, fused multiply-add): its outputs differ from the
   builtin kernels' by up to a few percent, and these follow the builtin ones.
 
+A hybrid BATCH_MATMUL (float32 input, int8 constant weights) follows LiteRT's reference kernel
+(:func:`batch_matmul_kernel`): each row of the input quantized on its own (``asymmetric_quantize_inputs`` or
+symmetric), the int32 sum of ``q * w`` corrected for the row's zero point in float32 (``sum - row_sum *
+zero point``), times ``row scale * weight scale``. The shapes LiteRT's kernel indexes wrongly are refused
+(:func:`litert_batch_layout`).
+
 The kernel finds every batch's parameters first, then quantizes each output
 pixel's window (a fully connected layer's row) once, before it writes that
 pixel's outputs: its output may overwrite its input as a float32 kernel's would,
@@ -365,7 +371,7 @@ def litert_batch_layout(x_shape, w_shape, adj_x: bool, adj_y: bool) -> None:
                              f"dimensions longer than 1 {what}")
 
 
-def batch_matmul_kernel(x_shape, w_shape, *, adj_x: bool, adj_y: bool, asymmetric: bool,
+def batch_matmul_kernel(x_shape, w_shape, y_shape, *, adj_x: bool, adj_y: bool, asymmetric: bool,
                         per_channel: bool) -> tvm.tirx.PrimFunc:
     """A dynamic-range BATCH_MATMUL, one kernel ``(x, w, row_sums, scales) -> y`` as LiteRT's reference
     kernel computes it: float32 ``x`` ``(..., M, K)`` (``adj_x``: ``(..., K, M)``), int8 ``w`` ``(..., K, N)``
@@ -373,10 +379,8 @@ def batch_matmul_kernel(x_shape, w_shape, *, adj_x: bool, adj_y: bool, asymmetri
     (``asymmetric`` or symmetric, :func:`quantization_params`) once; per output the int32 sum of ``q * w``,
     corrected for the row's zero point in float32 as LiteRT does (``sum -= row_sum * float(zero point)``,
     with ``row_sums`` int32 ``(..., N)`` the sums of the weights' columns) and scaled by ``row scale *
-    weight scale`` (``scales``: one, or one per output column)."""
-    from ..frontends.tflite_batch_matmul import out_shape as bmm_shape
-
-    y_shape = bmm_shape(x_shape, w_shape, adj_x, adj_y)
+    weight scale`` (``scales``: one, or one per output column); ``y_shape`` ``(..., M, N)``, the batch
+    dimensions of both broadcast."""
     batch = tuple(y_shape[:-2])
     k_ = x_shape[-2] if adj_x else x_shape[-1]
     n_ = w_shape[-2] if adj_y else w_shape[-1]
@@ -435,13 +439,11 @@ def batch_matmul_kernel(x_shape, w_shape, *, adj_x: bool, adj_y: bool, asymmetri
     return finish([x, w, sums, scales, y], "hybrid_batch_matmul", describe=desc, schedule=schedule)
 
 
-def hybrid_batch_matmul(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, *, adj_x: bool, adj_y: bool,
-                        asymmetric: bool):
+def hybrid_batch_matmul(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, y_shape, *, adj_x: bool,
+                        adj_y: bool, asymmetric: bool):
     """A dynamic-range BATCH_MATMUL (its kernel added to ``bb``): float32 ``x`` of ``x_shape`` times the int8
-    constant ``w`` (one scale, or one per output column), as :func:`batch_matmul_kernel` computes it. Raises
-    ``ValueError`` for the shapes LiteRT computes wrongly (:func:`litert_batch_layout`)."""
-    from ..frontends.tflite_batch_matmul import out_shape as bmm_shape
-
+    constant ``w`` (one scale, or one per output column) into ``y_shape``, as :func:`batch_matmul_kernel`
+    computes it. Raises ``ValueError`` for the shapes LiteRT computes wrongly (:func:`litert_batch_layout`)."""
     x_shape = [int(d) for d in x_shape]
     litert_batch_layout(x_shape, w.shape, adj_x, adj_y)
     k = x_shape[-2] if adj_x else x_shape[-1]
@@ -450,11 +452,12 @@ def hybrid_batch_matmul(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, *, a
                          "without overflow")
     sums = w.astype(np.int32).sum(axis=-1 if adj_y else -2)
     scale = np.asarray(w_scale, np.float32).reshape(-1)
-    kernel = batch_matmul_kernel(tuple(x_shape), tuple(w.shape), adj_x=adj_x, adj_y=adj_y, asymmetric=asymmetric,
-                                 per_channel=scale.size > 1)
+    y_shape = tuple(int(d) for d in y_shape)
+    kernel = batch_matmul_kernel(tuple(x_shape), tuple(w.shape), y_shape, adj_x=adj_x, adj_y=adj_y,
+                                 asymmetric=asymmetric, per_channel=scale.size > 1)
     args = [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"),
             relax.const(np.ascontiguousarray(sums, np.int32), "int32"), relax.const(scale, "float32")]
-    return _call(bb, kernel, args, bmm_shape(x_shape, w.shape, adj_x, adj_y))
+    return _call(bb, kernel, args, y_shape)
 
 
 #: most products one int32 sum takes: |q| <= 128, |w| <= 128
