@@ -512,11 +512,13 @@ def _bmm_operand(view: FunctionView, expr, dtype: str):
     return x, q, transposed
 
 
-def _match_batch_matmul(view: FunctionView, var, body, qout, dtype: str = "int8") -> Match | None:
+def _match_batch_matmul(view: FunctionView, var, body, qout) -> Match | None:
     """BATCH_MATMUL: ``matmul`` of two dequantized operands (activations or constants, each possibly
-    transposed: ``adj_x`` / ``adj_y``), batch dimensions broadcast."""
+    transposed: ``adj_x`` / ``adj_y``) of the output's type (int8, or int16 for 16x8 models), batch
+    dimensions broadcast."""
     mm = view.call(body, "matmul")
-    if mm is None or view.shape(var) is None:
+    dtype = view.dtype(var)
+    if mm is None or view.shape(var) is None or dtype not in ("int8", "int16"):
         return None
     ops = [_bmm_operand(view, e, dtype) for e in mm.args[:2]]
     if None in ops:
@@ -534,7 +536,7 @@ def _match_int16(view: FunctionView, var) -> Match | None:
     qout = view.qparams(q.args[1], q.args[2], q.attrs.axis)
     if qout is None or not qout.per_tensor:
         return None
-    m = _match_batch_matmul(view, var, q.args[0], qout, "int16")
+    m = _match_batch_matmul(view, var, q.args[0], qout)
     if m is not None:
         m.act = (-32768, 32767)
     return m
