@@ -230,11 +230,12 @@ def test_int16_batch_matmul_is_bit_identical_to_tflite_micro(a_shape, b_shape, a
 
 def test_int64_requantization_matches_tflite():
     """The int16 kernels' ``MultiplyByQuantizedMultiplier(int64_t, ...)``: 16-bit multiplier, one rounding."""
-    assert fx.multiply_by_quantized_multiplier_int64(-1000, 1 << 30, 0) == -500
-    assert fx.multiply_by_quantized_multiplier_int64(3, 1 << 30, 0) == 2           # 1.5 rounds up
-    assert fx.multiply_by_quantized_multiplier_int64(-3, 1 << 30, 0) == -1         # -1.5 rounds up too
+    mbqm = fx.multiply_by_quantized_multiplier_64
+    assert mbqm(-1000, 1 << 30, 0) == -500
+    assert mbqm(3, 1 << 30, 0) == 2            # 1.5 rounds up
+    assert mbqm(-3, 1 << 30, 0) == -1          # -1.5 rounds up too
     # a multiplier this close to 2**31 becomes 0x7FFF of 2**15: 2**30 * 32767 / 32768
-    assert fx.multiply_by_quantized_multiplier_int64(1 << 40, 0x7FFFFFFF, -10) == 1073709056
+    assert mbqm(1 << 40, 0x7FFFFFFF, -10) == 1073709056
 
 
 def test_broadcast_constant_feeds_the_kernel_at_its_stored_shape():

@@ -32,6 +32,7 @@ import tvm_ffi
 from tvm import te, tirx
 
 from ..ir import model_macs, strip_attrs
+from .fixedpoint import reduced_multiplier
 from .tirmath import cast_i32, clamp, left_shift, mbqm64, rdbpot, right_shift_amount, srdhm
 
 __all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d", "transpose_conv2d",
@@ -367,7 +368,7 @@ def batch_matmul(a_shape, b_shape, out_shape, *, adj_x: bool, adj_y: bool, a_off
     acc = te.compute(out_shape, body, name="acc")
     chain = Chain(out_shape)
     if wide:
-        scaled = chain(lambda *i: mbqm64(acc[i], requant.multiplier, requant.shift))
+        scaled = chain(lambda *i: mbqm64(acc[i], reduced_multiplier(requant.multiplier), requant.shift))
         y = te.compute(out_shape, lambda *i: clamp(scaled[i] + _i8(requant.offset), requant.lo, requant.hi)
                        .astype(dtype), name="y")
     else:

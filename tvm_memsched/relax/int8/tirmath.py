@@ -96,14 +96,17 @@ def mbqm(x, multiplier, shift):
     return rdbpot(srdhm(left_shift(x, shift), multiplier), right_shift_amount(shift))
 
 
-def mbqm64(x, multiplier: int, shift: int):
-    """TFLite's ``MultiplyByQuantizedMultiplier(int64_t x, int32_t multiplier, int shift)`` (the int16 kernels'
-    requantization of an int64 accumulator): the multiplier rounded to 16 bits, one rounding right shift by
-    ``15 - shift``, the result truncated to int32 as C's conversion does."""
-    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
-    total_shift = 15 - shift
-    v = i64(x) * tirx.const(reduced, "int64") + tirx.const(1 << (total_shift - 1), "int64")
-    return (v >> tirx.const(total_shift, "int64")).astype("int32")
+def mbqm64(x, reduced_multiplier, shift):
+    """TFLite's int64 ``MultiplyByQuantizedMultiplier`` of the int64 expression ``x``: ``(x * m + 2**(t - 1))
+    >> t`` with ``t = 15 - shift`` and ``m`` the reduced Q15 multiplier
+    (:func:`.fixedpoint.reduced_multiplier`; ints or int32 expressions), as an int32 (C's truncating cast)."""
+    if isinstance(shift, int):
+        total = tirx.const(15 - shift, "int64")
+        rounding = tirx.const(1 << (14 - shift), "int64")
+    else:
+        total = tirx.const(15, "int64") - i64(shift)
+        rounding = tirx.const(1, "int64") << (total - tirx.const(1, "int64"))
+    return ((i64(x) * i64(reduced_multiplier) + rounding) >> total).astype("int32")
 
 
 def clamp(x, lo: int, hi: int):
