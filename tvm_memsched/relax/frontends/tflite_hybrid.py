@@ -358,17 +358,18 @@ def litert_batch_layout(x_shape, w_shape, adj_x: bool, adj_y: bool) -> None:
     if len(ws) > 2 and len(xs) > 2 and ws[-3] == 1:
         if adj_x:
             raise ValueError(f"LiteRT's reference kernel reads the transposed input with its untransposed "
-                             f"shape when the weights' last batch dimension is 1 and adj_x is set {what}")
+                             f"shape when the weights' last batch dimension is 1 and adj_x is set {what} (without "
+                             "adj_x it is)")
         xs, ws = xs[:-3] + [xs[-3] * xs[-2], xs[-1]], ws[:-3] + ws[-2:]
     ex, ew = [1] * (5 - len(xs)) + xs, [1] * (5 - len(ws)) + ws
     if ew[0] > 1:
         raise ValueError(f"LiteRT's reference kernel leaves the row sums of weights with 5 dimensions "
-                         f"uncomputed {what}")
+                         f"uncomputed {what} (weights of up to 4 dimensions are)")
     for name, shape in (("rows' scales", ex), ("weights' row sums", ew)):
         longer = sum(d > 1 for d in shape[:3])
         if longer > 1:
             raise ValueError(f"LiteRT's reference kernel reads the {name} of other batches with {longer} batch "
-                             f"dimensions longer than 1 {what}")
+                             f"dimensions longer than 1 {what} (operands with one are)")
 
 
 def batch_matmul_kernel(x_shape, w_shape, y_shape, *, adj_x: bool, adj_y: bool, asymmetric: bool,
