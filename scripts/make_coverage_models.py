@@ -98,6 +98,26 @@ def cases():
         w = const(rng, (32, 32))
         return lambda x: tf.matmul(x, tf.broadcast_to(w, (2, 32, 32)))
 
+    def attention(rng):
+        # one attention head as people write it: softmax(Q K^T / sqrt(d)) V, Q, K and V dense projections
+        d = 8
+        wq, wk, wv, bq = const(rng, (16, d)), const(rng, (16, d)), const(rng, (16, d)), const(rng, (d,), 0.2)
+
+        def f(x):
+            q, k, v = tf.matmul(x, wq) + bq, tf.matmul(x, wk), tf.matmul(x, wv)
+            s = tf.matmul(q, k, transpose_b=True) / np.float32(np.sqrt(d))
+            return tf.matmul(tf.nn.softmax(s, -1), v)
+        return f
+
+    def multi_head_attention(rng):
+        import tf_keras
+
+        inp = tf_keras.Input(shape=(6, 16), batch_size=1)
+        out = tf_keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)(inp, inp)
+        m = tf_keras.Model(inp, out)
+        m.set_weights([rng.uniform(-0.5, 0.5, w.shape).astype(np.float32) for w in m.get_weights()])
+        return m
+
     def prelu(rng):
         a = tf.constant(rng.uniform(0.05, 0.3, (3,)).astype(np.float32))
         return lambda x: tf.maximum(x, 0.0) + a * tf.minimum(x, 0.0)
@@ -176,6 +196,10 @@ def cases():
         C("average_pool_2d", ["AVERAGE_POOL_2D"], [x4()], unary(lambda x: tf.nn.avg_pool2d(x, 3, 2, "SAME"))),
         C("batch_matmul", ["BATCH_MATMUL"], [((2, 4, 6), F, *q), ((2, 6, 5), F, *q)], binary(tf.matmul)),
         C("batch_matmul_const", ["BATCH_MATMUL", "FULLY_CONNECTED"], [((2, 4, 32), F, *q)], bmm_const),
+        C("attention", ["BATCH_MATMUL"], [((1, 6, 16), F, *q)], attention,
+          note="one attention head: softmax(Q K^T / sqrt(d)) V of dense projections"),
+        C("multi_head_attention", ["BATCH_MATMUL"], [((1, 6, 16), F, *q)], multi_head_attention,
+          note="Keras MultiHeadAttention, 2 heads of 4, self-attention"),
         C("batch_to_space_nd", ["BATCH_TO_SPACE_ND"], [((4, 3, 3, 2), F, *q)],
           unary(lambda x: tf.batch_to_space(x, [2, 2], [[0, 0], [0, 1]]))),
         C("broadcast_to", ["BROADCAST_TO"], [((1, 1, 4, 1), F, *q)],

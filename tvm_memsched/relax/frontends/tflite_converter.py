@@ -28,6 +28,8 @@
 * **dynamic-range quantized ("hybrid") CONV_2D, DEPTHWISE_CONV_2D and
   FULLY_CONNECTED** (float input, int8 weights), which TVM refuses: the input
   quantized on the fly as LiteRT does it (:mod:`.tflite_hybrid`);
+* **BATCH_MATMUL** in every kind (float32, int8, int16, dynamic-range, constant operands), which TVM
+  refuses when quantized and fails on with a constant operand (:mod:`.tflite_batch_matmul`);
 * **constant buffers stored after the flatbuffer** (``Buffer.offset`` /
   ``Buffer.size``, written by recent converters): read from the file bytes.
 
@@ -70,7 +72,7 @@ class OperatorConverter(_TVMConverter):
     """TVM's TFLite converter with int8 data movement, compact PRELU and exact activation ranges."""
 
     _SUPPORTED_QUANTIZED_OPS = frozenset(_TVMConverter._SUPPORTED_QUANTIZED_OPS | MOVE_OPS | RESOURCE_OPS
-                                         | {"PRELU"} | RECURRENT_OPS)
+                                         | {"PRELU", "BATCH_MATMUL"} | RECURRENT_OPS)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -87,6 +89,7 @@ class OperatorConverter(_TVMConverter):
         for name in ("SLICE", "STRIDED_SLICE"):
             if name in self.convert_map:
                 self.convert_map[name] = self._constant_bounds(name, self.convert_map[name])
+        self.convert_map["BATCH_MATMUL"] = self.convert_batch_matmul
         for name, convert in list(self.convert_map.items()):
             self.convert_map[name] = self._folded_or(self._declared_shape(name, convert))
         self.conversion_state.setdefault("tvm_memsched_states", {})
@@ -134,8 +137,8 @@ class OperatorConverter(_TVMConverter):
 
         def inputs(op):
             tensors = tvm_inputs(op)
-            if self.is_hybrid(op, tensors):     # imported here: not TVM's refusal of dynamic-range quantization
-                return tensors[:1]
+            if self.is_hybrid(op, tensors) or self._hybrid_batch_matmul(op, tensors):
+                return tensors[:1]        # imported here: not TVM's refusal of dynamic-range quantization
             if self.get_op_code_str(op) in RECURRENT_OPS:    # every kind checked by its own importer
                 return tensors[:1]
             return tensors[1:] if self.get_op_code_str(op) == "ASSIGN_VARIABLE" else tensors
@@ -158,6 +161,13 @@ class OperatorConverter(_TVMConverter):
         x, w = tensors[:2]
         return self.get_tensor_type_str(x.tensor.Type()) == "float32" and x.qnn_params is None and \
             self.get_tensor_type_str(w.tensor.Type()) in ("int8", "uint8") and w.qnn_params is not None
+
+    def _hybrid_batch_matmul(self, op, tensors) -> bool:
+        """True for a BATCH_MATMUL of a float input and an int8 operand (imported by :mod:`.tflite_batch_matmul`,
+        which refuses what LiteRT would not run)."""
+        return self.get_op_code_str(op) == "BATCH_MATMUL" and len(tensors) == 2 and \
+            self.get_tensor_type_str(tensors[0].tensor.Type()) == "float32" and tensors[0].qnn_params is None \
+            and self.get_tensor_type_str(tensors[1].tensor.Type()) == "int8"
 
     def _or_hybrid(self, name: str, convert):
         def dispatch(op):
@@ -302,6 +312,13 @@ class OperatorConverter(_TVMConverter):
         from .tflite_svdf import svdf
 
         return svdf(self, op)
+
+    def convert_batch_matmul(self, op):
+        """BATCH_MATMUL in every kind: float32, int8, int16, dynamic-range, constant operands
+        (:mod:`.tflite_batch_matmul`)."""
+        from .tflite_batch_matmul import batch_matmul
+
+        return batch_matmul(self, op)
 
     def _state(self, key) -> dict:
         states = self.conversion_state["tvm_memsched_states"]

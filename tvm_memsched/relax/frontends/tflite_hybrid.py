@@ -28,6 +28,12 @@ LiteRT's builtin kernels compute:
   asymmetric, ties to even, fused multiply-add): its outputs differ from the
   builtin kernels' by up to a few percent, and these follow the builtin ones.
 
+A hybrid BATCH_MATMUL (float32 input, int8 constant weights) follows LiteRT's reference kernel
+(:func:`batch_matmul_kernel`): each row of the input quantized on its own (``asymmetric_quantize_inputs`` or
+symmetric), the int32 sum of ``q * w`` corrected for the row's zero point in float32 (``sum - row_sum *
+zero point``), times ``row scale * weight scale``. The shapes LiteRT's kernel indexes wrongly are refused
+(:func:`litert_batch_layout`).
+
 The kernel finds every batch's parameters first, then quantizes each output
 pixel's window (a fully connected layer's row) once, before it writes that
 pixel's outputs: its output may overwrite its input as a float32 kernel's would,
@@ -51,7 +57,8 @@ from tvm import relax, te, tirx
 
 from ..int8.kernels import finish
 
-__all__ = ["quantization_params", "conv_kernel", "dense_kernel", "hybrid_conv2d", "hybrid_dense", "HYBRID_OPS"]
+__all__ = ["quantization_params", "conv_kernel", "dense_kernel", "batch_matmul_kernel", "hybrid_conv2d", "hybrid_dense",
+           "hybrid_batch_matmul", "litert_batch_layout", "HYBRID_OPS"]
 
 #: the operators LiteRT runs in dynamic-range form that are imported here
 HYBRID_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
@@ -70,7 +77,6 @@ def _round_away(v, dtype: str):
 def _params(x, asymmetric: bool):
     """TE: ``(N, 3)`` per batch of ``x`` (axis 0): LiteRT's scale, its float32 inverse and the zero point of
     quantizing the batch on the fly (see :func:`quantization_params`)."""
-    f32, f64 = "float32", "float64"
     n, rest = x.shape[0], x.shape[1:]
 
     def reduce(fn, name):
@@ -78,12 +84,19 @@ def _params(x, asymmetric: bool):
         return te.compute((n,), lambda b: fn(x[(b, *axes)], axis=axes), name=name)
 
     mn, mx = reduce(te.min, "mn"), reduce(te.max, "mx")
+    return te.compute((n, 3), lambda b, j: _param(mn[b], mx[b], j, asymmetric), name="params")
+
+
+def _param(lo_v, hi_v, j, asymmetric: bool):
+    """TIR: parameter ``j`` (0 scale, 1 its float32 inverse, 2 zero point) of quantizing a batch whose least
+    and greatest values are ``lo_v`` and ``hi_v`` (see :func:`quantization_params`)."""
+    f32, f64 = "float32", "float64"
     c32 = lambda v: tirx.const(v, f32)          # noqa: E731
     c64 = lambda v: tirx.const(v, f64)          # noqa: E731
 
-    def param(b, j):
+    def param(mn, mx):
         if asymmetric:
-            fmin, fmax = tirx.min(mn[b], c32(0.0)), tirx.max(mx[b], c32(0.0))
+            fmin, fmax = tirx.min(mn, c32(0.0)), tirx.max(mx, c32(0.0))
             span = (fmax - fmin).astype(f64)
             empty = span == c64(0.0)
             scale = tirx.Select(empty, c64(1.0), span / c64(255.0))
@@ -96,14 +109,14 @@ def _params(x, asymmetric: bool):
             inv = tirx.Select(empty, c32(0.0), c32(1.0) / s32)
             zp = tirx.Select(empty, c64(0.0), zp).astype(f32)
         else:
-            rng = tirx.max(tirx.abs(mn[b]), tirx.abs(mx[b]))
+            rng = tirx.max(tirx.abs(mn), tirx.abs(mx))
             empty = rng == c32(0.0)
             s32 = tirx.Select(empty, c32(1.0), rng / c32(127.0))
             inv = tirx.Select(empty, c32(0.0), c32(127.0) / rng)
             zp = c32(0.0)
         return tirx.Select(j == 0, s32, tirx.Select(j == 1, inv, zp))
 
-    return te.compute((n, 3), param, name="params")
+    return param(lo_v, hi_v)
 
 
 def quantization_params(shape, asymmetric: bool) -> tvm.tirx.PrimFunc:
@@ -125,11 +138,17 @@ def _quantized(v, prm, b, asymmetric: bool):
     """TIR: float32 ``v`` of batch ``b`` quantized with the batch's parameters ``prm`` as LiteRT does, as the
     int32 ``q - zero point``: ``q = clip(zero point + round(v * inverse), lo, 127)``, rounded half away from
     zero *before* the zero point is added (LiteRT's vector code), ``lo`` -128 (asymmetric) or -127."""
-    f32 = "float32"
     zp = prm[b, 2]
-    q = zp + _round_away(v * prm[b, 1], f32)
+    return _quantized_value(v, zp, prm[b, 1], asymmetric) - zp.astype("int32")
+
+
+def _quantized_value(v, zp, inv, asymmetric: bool):
+    """TIR: the int32 ``q = clip(zp + round(v * inv), lo, 127)`` of :func:`_quantized` (``zp``, ``inv``:
+    float32 expressions)."""
+    f32 = "float32"
+    q = zp + _round_away(v * inv, f32)
     q = tirx.max(tirx.min(q, tirx.const(127.0, f32)), tirx.const(-128.0 if asymmetric else -127.0, f32))
-    return q.astype("int32") - zp.astype("int32")
+    return q.astype("int32")
 
 
 def _rescale(acc, sx, ws, bias, lo, hi, w_first: bool):
@@ -316,3 +335,131 @@ def hybrid_dense(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, act_l
                           has_bias=bias is not None, lo=lo, hi=hi)
     return _call(bb, kernel, [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"), *consts],
                  (rows, w.shape[0]))
+
+
+def litert_batch_layout(x_shape, w_shape, adj_x: bool, adj_y: bool) -> None:
+    """Refuse (``ValueError``) the dynamic-range BATCH_MATMUL shapes LiteRT's reference kernel computes
+    wrongly, so that no model gets a result the runtime it is checked against does not give.
+
+    LiteRT first merges the input's last batch dimension into its rows when the weights' last batch
+    dimension is 1 (with ``adj_x`` it then reads the transposed input with the untransposed shape), sums the
+    rows of the weight matrices of batch dimensions 1 and 2 of its five only, and advances the pointers to
+    the rows' scales and the weights' row sums by one matrix per step of *each* batch dimension (right for
+    one batch dimension longer than 1, not for two).
+
+    >>> litert_batch_layout((2, 4, 32), (2, 32, 32), False, False)
+    >>> litert_batch_layout((2, 3, 4, 8), (2, 3, 8, 5), False, False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: LiteRT's reference kernel reads the rows' scales of other batches with 2 batch dimensions ...
+    """
+    xs, ws = list(x_shape), list(w_shape)
+    what = f"(shapes {xs} and {ws}); not imported"
+    if len(ws) > 2 and len(xs) > 2 and ws[-3] == 1:
+        if adj_x:
+            raise ValueError(f"LiteRT's reference kernel reads the transposed input with its untransposed "
+                             f"shape when the weights' last batch dimension is 1 and adj_x is set {what} (without "
+                             "adj_x it is)")
+        xs, ws = xs[:-3] + [xs[-3] * xs[-2], xs[-1]], ws[:-3] + ws[-2:]
+    ex, ew = [1] * (5 - len(xs)) + xs, [1] * (5 - len(ws)) + ws
+    if ew[0] > 1:
+        raise ValueError(f"LiteRT's reference kernel leaves the row sums of weights with 5 dimensions "
+                         f"uncomputed {what} (weights of up to 4 dimensions are)")
+    for name, shape in (("rows' scales", ex), ("weights' row sums", ew)):
+        longer = sum(d > 1 for d in shape[:3])
+        if longer > 1:
+            raise ValueError(f"LiteRT's reference kernel reads the {name} of other batches with {longer} batch "
+                             f"dimensions longer than 1 {what} (operands with one are)")
+
+
+def batch_matmul_kernel(x_shape, w_shape, y_shape, *, adj_x: bool, adj_y: bool, asymmetric: bool,
+                        per_channel: bool) -> tvm.tirx.PrimFunc:
+    """A dynamic-range BATCH_MATMUL, one kernel ``(x, w, row_sums, scales) -> y`` as LiteRT's reference
+    kernel computes it: float32 ``x`` ``(..., M, K)`` (``adj_x``: ``(..., K, M)``), int8 ``w`` ``(..., K, N)``
+    (``adj_y``: ``(..., N, K)``), batch dimensions broadcast; each row of ``x`` quantized on its own
+    (``asymmetric`` or symmetric, :func:`quantization_params`) once; per output the int32 sum of ``q * w``,
+    corrected for the row's zero point in float32 as LiteRT does (``sum -= row_sum * float(zero point)``,
+    with ``row_sums`` int32 ``(..., N)`` the sums of the weights' columns) and scaled by ``row scale *
+    weight scale`` (``scales``: one, or one per output column); ``y_shape`` ``(..., M, N)``, the batch
+    dimensions of both broadcast."""
+    batch = tuple(y_shape[:-2])
+    k_ = x_shape[-2] if adj_x else x_shape[-1]
+    n_ = w_shape[-2] if adj_y else w_shape[-1]
+    rows = tuple(x_shape[:-2]) + (y_shape[-2],)
+    x = te.placeholder(x_shape, "float32", "x")
+    w = te.placeholder(w_shape, "int8", "w")
+    sums = te.placeholder(tuple(w_shape[:-2]) + (n_,), "int32", "row_sums")
+    scales = te.placeholder((n_ if per_channel else 1,), "float32", "scales")
+
+    def xv(r, k):
+        return x[(*r[:-1], k, r[-1])] if adj_x else x[(*r[:-1], r[-1], k)]
+
+    r1, r2 = te.reduce_axis((0, k_), "r1"), te.reduce_axis((0, k_), "r2")
+    mn = te.compute(rows, lambda *r: te.min(xv(r, r1), axis=r1), name="mn")
+    mx = te.compute(rows, lambda *r: te.max(xv(r, r2), axis=r2), name="mx")
+    prm = te.compute(rows + (3,), lambda *i: _param(mn[i[:-1]], mx[i[:-1]], i[-1], asymmetric), name="params")
+    win = te.compute(rows + (k_,), lambda *i: _quantized_value(xv(i[:-1], i[-1]), prm[(*i[:-1], 2)],
+                                                               prm[(*i[:-1], 1)], asymmetric), name="win")
+    rk = te.reduce_axis((0, k_), "rk")
+
+    def at(shape, idx):                  # an operand's batch index under broadcasting
+        lead = len(batch) - len(shape)
+        return tuple(0 if shape[k] == 1 else idx[k + lead] for k in range(len(shape)))
+
+    def acc_body(*i):
+        bx, bw, m, n = at(x_shape[:-2], i[:-2]), at(w_shape[:-2], i[:-2]), i[-2], i[-1]
+        wv = w[(*bw, n, rk)] if adj_y else w[(*bw, rk, n)]
+        return te.sum(win[(*bx, m, rk)] * wv.astype("int32"), axis=rk)
+
+    acc = te.compute(tuple(y_shape), acc_body, name="acc")
+
+    def out(*i):
+        bx, bw, m, n = at(x_shape[:-2], i[:-2]), at(w_shape[:-2], i[:-2]), i[-2], i[-1]
+        f32 = "float32"
+        total = (acc[i].astype(f32) - sums[(*bw, n)].astype(f32) * prm[(*bx, m, 2)]).astype("int32")
+        return (prm[(*bx, m, 0)] * scales[n if per_channel else 0]) * total.astype(f32)
+
+    y = te.compute(tuple(y_shape), out, name="y")
+    desc = {"op": "hybrid_batch_matmul", "x": list(x_shape), "w": list(w_shape), "y": list(y_shape), "k": k_,
+            "adj_x": adj_x, "adj_y": adj_y, "asymmetric": asymmetric, "per_channel": per_channel}
+
+    def schedule(func):
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        loops = sch.get_loops(sch.get_sblock("y"))
+        sch.compute_at(sch.get_sblock("acc"), loops[-1], preserve_unit_loops=False)
+        sch.set_scope(sch.get_sblock("acc"), 0, "local")
+        sch.compute_at(sch.get_sblock("win"), sch.get_loops(sch.get_sblock("y"))[len(batch)],
+                       preserve_unit_loops=False)
+        sch.set_scope(sch.get_sblock("win"), 0, "local")
+        for name in ("mn", "mx", "params"):
+            sch.set_scope(sch.get_sblock(name), 0, "local")
+        return sch.mod["main"]
+
+    return finish([x, w, sums, scales, y], "hybrid_batch_matmul", describe=desc, schedule=schedule)
+
+
+def hybrid_batch_matmul(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, y_shape, *, adj_x: bool,
+                        adj_y: bool, asymmetric: bool):
+    """A dynamic-range BATCH_MATMUL (its kernel added to ``bb``): float32 ``x`` of ``x_shape`` times the int8
+    constant ``w`` (one scale, or one per output column) into ``y_shape``, as :func:`batch_matmul_kernel`
+    computes it. Raises ``ValueError`` for the shapes LiteRT computes wrongly (:func:`litert_batch_layout`)."""
+    x_shape = [int(d) for d in x_shape]
+    litert_batch_layout(x_shape, w.shape, adj_x, adj_y)
+    k = x_shape[-2] if adj_x else x_shape[-1]
+    if k > _HYBRID_MAX_TERMS:
+        raise ValueError(f"{k} products per output, more than the {_HYBRID_MAX_TERMS} an int32 sum holds "
+                         "without overflow")
+    sums = w.astype(np.int32).sum(axis=-1 if adj_y else -2)
+    scale = np.asarray(w_scale, np.float32).reshape(-1)
+    y_shape = tuple(int(d) for d in y_shape)
+    kernel = batch_matmul_kernel(tuple(x_shape), tuple(w.shape), y_shape, adj_x=adj_x, adj_y=adj_y,
+                                 asymmetric=asymmetric, per_channel=scale.size > 1)
+    args = [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"),
+            relax.const(np.ascontiguousarray(sums, np.int32), "int32"), relax.const(scale, "float32")]
+    return _call(bb, kernel, args, y_shape)
+
+
+#: most products one int32 sum takes: |q| <= 128, |w| <= 128
+_HYBRID_MAX_TERMS = (2 ** 31 - 1) // (128 * 128)

@@ -32,10 +32,11 @@ import tvm_ffi
 from tvm import te, tirx
 
 from ..ir import model_macs, strip_attrs
-from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
+from .fixedpoint import reduced_multiplier
+from .tirmath import cast_i32, clamp, left_shift, mbqm64, rdbpot, right_shift_amount, srdhm
 
 __all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d", "transpose_conv2d",
-           "mean", "quantize", "prelu", "softmax", "schedule_reductions", "finish", "OPAQUE"]
+           "mean", "quantize", "prelu", "softmax", "batch_matmul", "schedule_reductions", "finish", "OPAQUE"]
 
 #: TVM's ``OpPatternKind::kOpaque``
 OPAQUE = 8
@@ -126,6 +127,8 @@ def description_macs(desc: dict) -> int:
         return out * desc["w"][1] * desc["w"][2]
     if op == "dense":
         return out * desc["w"][1]
+    if op == "batch_matmul":
+        return out * desc["k"]
     return 0
 
 
@@ -329,6 +332,51 @@ def dense(x_shape, w_shape, *, in_offset: int, w_offset: int, requant: Requant, 
             "w_offset": w_offset, "requant": _requant_desc(requant), "has_bias": has_bias,
             "dtypes": ["int8", "int8", out_dtype]}
     return finish(params + [y], name, reduce_into="y", describe=desc)
+
+
+def batch_matmul(a_shape, b_shape, out_shape, *, adj_x: bool, adj_y: bool, a_offset: int, b_offset: int,
+                 requant: Requant, dtype: str = "int8", name: str = "batch_matmul_int8") -> tvm.tirx.PrimFunc:
+    """BATCH_MATMUL as TFLite Micro's ``batch_matmul.cc`` computes it, int8 or int16 (``dtype``).
+
+    ``a`` is ``(..., M, K)`` (``adj_x``: ``(..., K, M)``), ``b`` ``(..., K, N)`` (``adj_y``: ``(..., N, K)``),
+    their batch dimensions broadcast by numpy's rules into ``out_shape`` ``(..., M, N)``. Transposition and
+    broadcasting are index arithmetic: no transposed or broadcast copy of either operand (TFLite Micro keeps
+    one of ``b``, and one of ``a`` with ``adj_x``). Per output element: the sum over ``K`` of
+    ``(a + a_offset) * (b + b_offset)``, in int32 for int8 (then ``MultiplyByQuantizedMultiplier``, the
+    output offset and the clamp of ``requant``) or, for int16 (zero points 0), of int32 products in int64
+    (then the int64 ``MultiplyByQuantizedMultiplier``, :func:`.tirmath.mbqm64`).
+    """
+    a = te.placeholder(a_shape, dtype, "a")
+    b = te.placeholder(b_shape, dtype, "b")
+    k_ = a_shape[-2] if adj_x else a_shape[-1]
+    rk = te.reduce_axis((0, k_), "rk")
+    wide = dtype == "int16"
+    if wide and (a_offset or b_offset or requant.offset or requant.per_channel):
+        raise ValueError("int16 BATCH_MATMUL takes zero points 0 and one multiplier")
+    batch_out = tuple(out_shape[:-2])
+
+    def body(*idx):
+        batch, m, n = idx[:-2], idx[-2], idx[-1]
+        ia = _broadcast_index(a_shape[:-2], batch_out, batch)
+        ib = _broadcast_index(b_shape[:-2], batch_out, batch)
+        av = cast_i32(a[(*ia, rk, m)] if adj_x else a[(*ia, m, rk)])
+        bv = cast_i32(b[(*ib, n, rk)] if adj_y else b[(*ib, rk, n)])
+        if wide:                       # |a * b| <= 2**30: the int32 product, summed in int64
+            return te.sum((av * bv).astype("int64"), axis=rk)
+        return te.sum((av + _i8(a_offset)) * (bv + _i8(b_offset)), axis=rk)
+
+    acc = te.compute(out_shape, body, name="acc")
+    chain = Chain(out_shape)
+    if wide:
+        scaled = chain(lambda *i: mbqm64(acc[i], reduced_multiplier(requant.multiplier), requant.shift))
+        y = te.compute(out_shape, lambda *i: clamp(scaled[i] + _i8(requant.offset), requant.lo, requant.hi)
+                       .astype(dtype), name="y")
+    else:
+        y = requant.output(chain, acc, out_dtype=dtype)
+    desc = {"op": "batch_matmul", "a": list(a_shape), "b": list(b_shape), "y": list(out_shape), "k": k_,
+            "adj_x": bool(adj_x), "adj_y": bool(adj_y), "a_offset": a_offset, "b_offset": b_offset,
+            "requant": _requant_desc(requant), "dtypes": [dtype, dtype, dtype]}
+    return finish([a, b, y], name, reduce_into="y", describe=desc)
 
 
 def lut(shape, dtype: str = "int8", out_dtype: str | None = None, name: str = "lut_int8") -> tvm.tirx.PrimFunc:

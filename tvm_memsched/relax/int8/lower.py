@@ -63,12 +63,13 @@ class LoweringReport:
 
 
 def has_qdq(mod) -> bool:
-    """True if a Relax function of ``mod`` has int8/uint8 tensors (TFLite-style quantized structure)."""
+    """True if a Relax function of ``mod`` has int8/uint8/int16 tensors (TFLite-style quantized structure)."""
     found = []
 
     def visit(e):
         ty = getattr(e, "ty", None)
-        if isinstance(e, relax.Var) and isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8"):
+        if isinstance(e, relax.Var) and isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8",
+                                                                                                "int16"):
             found.append(e)
 
     for _, f in mod.functions_items():
@@ -101,6 +102,8 @@ def _shape(e):
 
 def _emit(em: _Emitter, m: Match):
     """The ``call_tir`` replacing match ``m``, or None if its parameters are outside what TFLite supports."""
+    if m.op == "BATCH_MATMUL":                # int8 and int16 alike (:func:`.kernels.batch_matmul`)
+        return _emit_batch_matmul(em, m)
     op, out = m.op, m.var
     oshape = _shape(out)
     qx = m.qin[0] if m.qin else None
@@ -196,6 +199,19 @@ def _emit(em: _Emitter, m: Match):
     table = np.clip(table.astype(np.int32), lo, hi).astype(np.int8)
     f = K.lut(_shape(m.inputs[0]), "int8", name="lut_int8")
     return em.call(m, f, "lut_int8", [m.inputs[0], em.const(table)])
+
+
+def _emit_batch_matmul(em, m: Match):
+    """BATCH_MATMUL, int8 or int16: TFLite Micro's multiplier (the float product of the operands' scales over
+    the output's), the operands as they are (constants as kernel constants)."""
+    qa, qb = m.qin
+    dt = m.attrs["dtype"]
+    mult, shift = P.quantize_multiplier(float(np.float32(qa.s) * np.float32(qb.s)) / P.f32(m.qout.s))
+    f = K.batch_matmul(_shape(m.inputs[0]), _shape(m.inputs[1]), _shape(m.var), adj_x=m.attrs["adj_x"],
+                       adj_y=m.attrs["adj_y"], a_offset=-qa.zp, b_offset=-qb.zp,
+                       requant=K.Requant(mult, shift, m.qout.zp, *m.act), dtype=dt, name=f"batch_matmul_{dt}")
+    args = [em.const(x.value.numpy()) if isinstance(x, tvm.ir.Constant) else x for x in m.inputs]
+    return em.call(m, f, f"batch_matmul_{dt}", args)
 
 
 def _table(m: Match):

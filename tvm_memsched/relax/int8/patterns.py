@@ -256,6 +256,8 @@ def match_binding(view: FunctionView, var) -> Match | None:
         if lo is not None:
             m.act = (max(m.act[0], lo, qmin), min(m.act[1], hi, qmax))
         return m
+    if out_dtype == "int16":
+        return _match_int16(view, var)
     if name == "relax.dequantize":
         d = view.dequantized(var)
         if d is not None:
@@ -284,7 +286,7 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
 
     rng = act_range(act, qout.s, qout.zp, qmin, qmax)
     for matcher in (_match_conv, _match_transpose_conv, _match_dense, _match_binary, _match_mean, _match_softmax,
-                    _match_concat, _match_prelu):
+                    _match_concat, _match_prelu, _match_batch_matmul):
         m = matcher(view, var, inner, qout)
         if m is not None:
             m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
@@ -475,6 +477,69 @@ def _match_dense(view: FunctionView, var, body, qout) -> Match | None:
     if bias is not None:
         consts["bias"] = bias.astype(np.int32)
     return Match("FULLY_CONNECTED", var, [x], [qx], qout, consts=consts, attrs={"per_channel": not qw.per_tensor})
+
+
+def _swaps_last_two(call, rank: int) -> bool:
+    """True if the ``permute_dims`` ``call`` of a rank-``rank`` tensor swaps its last two axes only."""
+    axes = call.attrs.axes
+    want = list(range(rank - 2)) + [rank - 1, rank - 2]
+    return rank == 2 if axes is None else [int(a) for a in axes] == want
+
+
+def _bmm_operand(view: FunctionView, expr, dtype: str):
+    """``(tensor, QParams, transposed)`` of a BATCH_MATMUL operand: ``dequantize`` of a ``dtype`` activation or
+    constant with one scale and zero point, seen through a ``permute_dims`` swapping its last two axes (an
+    ``adj_x`` / ``adj_y`` operand) before or after the dequantize; else None."""
+    shape = view.shape(expr)
+    if shape is None or len(shape) < 2:
+        return None
+    transposed, e = False, expr
+    p = view.call(e, "permute_dims")
+    if p is not None:
+        if not _swaps_last_two(p, len(shape)):
+            return None
+        transposed, e = True, p.args[0]
+    d = view.call(e, "dequantize")
+    if d is None:
+        return None
+    x = d.args[0]
+    p = view.call(x, "permute_dims")
+    if p is not None and not transposed and _swaps_last_two(p, len(shape)):
+        transposed, x = True, p.args[0]
+    q = view.qparams(d.args[1], d.args[2], d.attrs.axis)
+    if q is None or not q.per_tensor or view.dtype(x) != dtype:
+        return None
+    return x, q, transposed
+
+
+def _match_batch_matmul(view: FunctionView, var, body, qout) -> Match | None:
+    """BATCH_MATMUL: ``matmul`` of two dequantized operands (activations or constants, each possibly
+    transposed: ``adj_x`` / ``adj_y``) of the output's type (int8, or int16 for 16x8 models), batch
+    dimensions broadcast."""
+    mm = view.call(body, "matmul")
+    dtype = view.dtype(var)
+    if mm is None or view.shape(var) is None or dtype not in ("int8", "int16"):
+        return None
+    ops = [_bmm_operand(view, e, dtype) for e in mm.args[:2]]
+    if None in ops:
+        return None
+    (a, qa, adj_x), (b, qb, adj_y) = ops
+    return Match("BATCH_MATMUL", var, [a, b], [qa, qb], qout, attrs={"adj_x": adj_x, "adj_y": adj_y,
+                                                                       "dtype": dtype})
+
+
+def _match_int16(view: FunctionView, var) -> Match | None:
+    """The int16 operators lowered to integer kernels (16-bit activations, TFLite's int16x8): BATCH_MATMUL."""
+    q = view.call(var, "quantize")
+    if q is None or str(q.attrs.out_dtype) != "int16" or view.dtype(q.args[0]) != "float32":
+        return None
+    qout = view.qparams(q.args[1], q.args[2], q.attrs.axis)
+    if qout is None or not qout.per_tensor:
+        return None
+    m = _match_batch_matmul(view, var, q.args[0], qout)
+    if m is not None:
+        m.act = (-32768, 32767)
+    return m
 
 
 def _match_binary(view: FunctionView, var, body, qout) -> Match | None:

@@ -23,7 +23,8 @@ from tvm import tirx
 
 from .fixedpoint import INT32_MAX, INT32_MIN
 
-__all__ = ["dtype", "i32", "i64", "mbqm", "srdhm", "rdbpot", "left_shift", "right_shift_amount", "clamp", "cast_i32"]
+__all__ = ["dtype", "i32", "i64", "mbqm", "mbqm64", "srdhm", "rdbpot", "left_shift", "right_shift_amount", "clamp",
+           "cast_i32"]
 
 
 def dtype(e) -> str:
@@ -93,6 +94,19 @@ def right_shift_amount(shift):
 def mbqm(x, multiplier, shift):
     """``MultiplyByQuantizedMultiplier`` as one expression (duplicates ``x``: for short operands only)."""
     return rdbpot(srdhm(left_shift(x, shift), multiplier), right_shift_amount(shift))
+
+
+def mbqm64(x, reduced_multiplier, shift):
+    """TFLite's int64 ``MultiplyByQuantizedMultiplier`` of the int64 expression ``x``: ``(x * m + 2**(t - 1))
+    >> t`` with ``t = 15 - shift`` and ``m`` the reduced Q15 multiplier
+    (:func:`.fixedpoint.reduced_multiplier`; ints or int32 expressions), as an int32 (C's truncating cast)."""
+    if isinstance(shift, int):
+        total = tirx.const(15 - shift, "int64")
+        rounding = tirx.const(1 << (14 - shift), "int64")
+    else:
+        total = tirx.const(15, "int64") - i64(shift)
+        rounding = tirx.const(1, "int64") << (total - tirx.const(1, "int64"))
+    return ((i64(x) * i64(reduced_multiplier) + rounding) >> total).astype("int32")
 
 
 def clamp(x, lo: int, hi: int):

@@ -350,8 +350,8 @@ def _band_schedule(func, max_recompute: float):
     ``P`` within ``max_recompute`` (see the module docstring)."""
     blocks = _blocks_of(func)
     reds = [k for k, b in enumerate(blocks) if any(int(iv.iter_type) != 0 for iv in b.iter_vars)]
-    if len(reds) < 2:
-        return None
+    if len(reds) != 2:
+        return None       # P or C reduces more than once (a softmax: its row stages would be inlined whole)
     p_name, c_name = blocks[reds[-2]].name_hint, blocks[reds[-1]].name_hint
     if len({b.name_hint for b in blocks}) != len(blocks):
         return None
