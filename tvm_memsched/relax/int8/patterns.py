@@ -260,6 +260,8 @@ def match_binding(view: FunctionView, var) -> Match | None:
         d = view.dequantized(var)
         if d is not None:
             return Match("DEQUANTIZE", var, [d[0]], [d[1]], None)
+    if out_dtype == "bool":
+        return _match_comparison(view, var, value)
     return None
 
 
@@ -284,7 +286,8 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
 
     rng = act_range(act, qout.s, qout.zp, qmin, qmax)
     for matcher in (_match_conv, _match_transpose_conv, _match_dense, _match_binary, _match_mean, _match_softmax,
-                    _match_concat, _match_prelu):
+                    _match_concat, _match_prelu, _match_squared_difference, _match_div, _match_resize_bilinear,
+                    _match_l2_normalization, _match_log_softmax, _match_reduce_prod):
         m = matcher(view, var, inner, qout)
         if m is not None:
             m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
@@ -296,13 +299,15 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
 
 
 def _match_unary(view: FunctionView, var, body, qout, rng) -> Match | None:
-    """One-input int8 activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH."""
+    """One-input int8 operators: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH, ABS, RSQRT,
+    SQRT, EXP, LOG."""
     c = body if not isinstance(body, relax.Var) else view.value.get(body)
     if not isinstance(c, relax.Call):
         return None
     name = op_name(c)
     simple = {"relax.nn.relu": "RELU", "relax.sigmoid": "LOGISTIC", "relax.tanh": "TANH",
-              "relax.nn.leakyrelu": "LEAKY_RELU"}
+              "relax.nn.leakyrelu": "LEAKY_RELU", "relax.abs": "ABS", "relax.rsqrt": "RSQRT", "relax.sqrt": "SQRT",
+              "relax.exp": "EXP", "relax.log": "LOG"}
     if name in simple:
         d = view.dequantized(c.args[0])
         if d is None:
@@ -490,14 +495,16 @@ def _match_binary(view: FunctionView, var, body, qout) -> Match | None:
 
 
 def _match_mean(view: FunctionView, var, body, qout) -> Match | None:
-    c = view.call(body, "mean")
+    """MEAN, and SUM (the same kernel without the division by the element count)."""
+    c = view.call(body, "mean", "sum")
     if c is None:
         return None
     d = view.dequantized(c.args[0])
     if d is None or not d[1].per_tensor:
         return None
     axes = [int(a) for a in c.attrs.axis] if c.attrs.axis is not None else list(range(len(view.shape(d[0]))))
-    return Match("MEAN", var, [d[0]], [d[1]], qout, attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
+    return Match("MEAN" if op_name(c) == "relax.mean" else "SUM", var, [d[0]], [d[1]], qout,
+                 attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
 
 
 def _match_softmax(view: FunctionView, var, body, qout) -> Match | None:
@@ -563,3 +570,87 @@ def _match_max_pool(view: FunctionView, var, inner) -> Match | None:
     attrs = {"pool": tuple(int(p) for p in a.pool_size), "strides": tuple(int(s) for s in a.strides),
              "padding": tuple(int(p) for p in a.padding)}
     return Match("MAX_POOL_2D", var, [pool.args[0]], [None], None, attrs=attrs)
+
+
+def _two_dequantized(view: FunctionView, c):
+    """``(inputs, qparams)`` if both arguments of the call ``c`` are dequantized int8 tensors, else None."""
+    da, db = view.dequantized(c.args[0]), view.dequantized(c.args[1])
+    if da is None or db is None:
+        return None
+    return [da[0], db[0]], [da[1], db[1]]
+
+
+def _match_squared_difference(view: FunctionView, var, body, qout) -> Match | None:
+    """SQUARED_DIFFERENCE: ``(a - b) * (a - b)`` of two dequantized inputs."""
+    mul = view.call(body, "multiply")
+    if mul is None or not mul.args[0].same_as(mul.args[1]):
+        return None
+    sub = view.call(mul.args[0], "subtract")
+    both = _two_dequantized(view, sub) if sub is not None else None
+    return None if both is None else Match("SQUARED_DIFFERENCE", var, both[0], both[1], qout)
+
+
+def _match_div(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "divide")
+    both = _two_dequantized(view, c) if c is not None else None
+    return None if both is None else Match("DIV", var, both[0], both[1], qout)
+
+
+def _match_comparison(view: FunctionView, var, value) -> Match | None:
+    """EQUAL, NOT_EQUAL, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL of two dequantized int8 tensors (bool)."""
+    from .extra_kernels import COMPARISONS
+
+    name = op_name(value).replace("relax.", "")
+    if name not in COMPARISONS:
+        return None
+    both = _two_dequantized(view, value)
+    return None if both is None else Match(COMPARISONS[name], var, both[0], both[1], None, attrs={"op": name})
+
+
+def _match_resize_bilinear(view: FunctionView, var, body, qout) -> Match | None:
+    """RESIZE_BILINEAR (NHWC, TFLite's three coordinate modes) with equal input and output quantization."""
+    c = view.call(body, "image.resize2d")
+    if c is None:
+        return None
+    a = c.attrs
+    mode = str(a.coordinate_transformation_mode)
+    d = view.dequantized(c.args[0])
+    if d is None or str(a.method) != "linear" or str(a.layout) != "NHWC" or \
+            mode not in ("asymmetric", "align_corners", "half_pixel") or not d[1].same_as(qout):
+        return None
+    return Match("RESIZE_BILINEAR", var, [d[0]], [d[1]], qout,
+                 attrs={"align_corners": mode == "align_corners", "half_pixel": mode == "half_pixel"})
+
+
+def _match_l2_normalization(view: FunctionView, var, body, qout) -> Match | None:
+    """L2_NORMALIZATION as the frontend writes it: ``x / max(sqrt(sum(x * x, -1)), eps)``."""
+    c = view.call(body, "divide")
+    mx = view.call(c.args[1], "maximum") if c is not None else None
+    sq = view.call(mx.args[0], "sqrt") if mx is not None else None
+    sm = view.call(sq.args[0], "sum") if sq is not None else None
+    mul = view.call(sm.args[0], "multiply") if sm is not None else None
+    d = view.dequantized(c.args[0]) if mul is not None else None
+    shape = view.shape(var)
+    if d is None or not all(a.same_as(c.args[0]) for a in mul.args) or shape is None or \
+            [int(x) % len(shape) for x in sm.attrs.axis] != [len(shape) - 1]:
+        return None
+    return Match("L2_NORMALIZATION", var, [d[0]], [d[1]], qout)
+
+
+def _match_log_softmax(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "nn.log_softmax")
+    d = view.dequantized(c.args[0]) if c is not None else None
+    shape = view.shape(var)
+    if d is None or shape is None or int(c.attrs.axis) % len(shape) != len(shape) - 1:
+        return None
+    return Match("LOG_SOFTMAX", var, [d[0]], [d[1]], qout)
+
+
+def _match_reduce_prod(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "prod")
+    d = view.dequantized(c.args[0]) if c is not None else None
+    if d is None:
+        return None
+    rank = len(view.shape(d[0]))
+    axes = [int(a) % rank for a in c.attrs.axis] if c.attrs.axis is not None else list(range(rank))
+    return Match("REDUCE_PROD", var, [d[0]], [d[1]], qout, attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
