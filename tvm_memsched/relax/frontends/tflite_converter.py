@@ -341,6 +341,24 @@ class OperatorConverter(_TVMConverter):
 
         return dispatch
 
+    def convert_mirror_pad(self, op):
+        """MIRROR_PAD; SYMMETRIC mode (the edge repeated), which TVM's converter refuses, as TOPI's mirror pad."""
+        from tflite.MirrorPadOptions import MirrorPadOptions
+        from tvm import topi
+
+        opts = MirrorPadOptions()
+        opts.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+        if opts.Mode() == 0:                      # REFLECT
+            return super().convert_mirror_pad(op)
+        x_t, pad_t = self.get_input_tensors(op)
+        pads = np.asarray(self.get_tensor_value(pad_t)).reshape(-1, 2)
+        shape = [int(d) for d in self.get_tensor_shape(x_t)]
+        if pads.shape[0] != len(shape) or np.any(pads < 0) or np.any(pads > np.array(shape)[:, None]):
+            raise tvm.error.OpNotImplemented(f"MIRROR_PAD of shape {shape} with paddings {pads.tolist()}: each at most "
+                                             "the axis' length (SYMMETRIC)")
+        return self.bb.call_te(topi.nn.mirror_pad, self.get_tensor_expr(x_t), [int(p) for p in pads[:, 0]],
+                               [int(p) for p in pads[:, 1]], "SYMMETRIC", primfunc_name_hint="mirror_pad")
+
     def convert_relu6(self, op):
         """RELU6; int8 as TFLite Micro computes it: the stored values clamped to those of 0 and 6 in the
         *input's* quantization (``Relu6Quantized``; the output's quantization is not read)."""
