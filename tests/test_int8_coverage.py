@@ -308,6 +308,20 @@ def test_resize_and_normalisation_coverage_models(case, op):
     check_coverage_model(case, {op})
 
 
+# ----------------------------------------------------------------- ELU, CUMSUM (float in the coverage files)
+def test_elu_and_cumsum_in_int8():
+    """TFLite Micro has int8 ELU (a table) and CUMSUM (rescaled sums); TVM's converter refuses both quantized."""
+    rng = np.random.default_rng(9)
+    elu = [(B.ELU, [((1, 256), rand_q(rng, 0.01, 0.05))], [((1, 256), rand_q(rng, 0.005, 0.05))]) for _ in range(3)]
+    check(model(*elu), [ALL] * 3, "tflm", {"ELU"})
+    ops, xs = [], []
+    for axis, exclusive, reverse in ((1, False, False), (2, True, False), (0, False, True), (-1, True, True)):
+        ops.append((B.CUMSUM, [((3, 4, 5), rand_q(rng)), i32(axis)], [((3, 4, 5), rand_q(rng, 0.05, 0.5))],
+                    opts("CumsumOptions", exclusive=exclusive, reverse=reverse)))
+        xs.append(rng.integers(-128, 128, (3, 4, 5)).astype(np.int8))
+    check(model(*ops), xs, "tflm", {"CUMSUM"})
+
+
 # ----------------------------------------------------------------- the microcontroller path
 def micro_run(path, out, capsys):
     """``micro FILE -b mps2-an386 --run`` as a user runs it: its exit code, printout and report."""

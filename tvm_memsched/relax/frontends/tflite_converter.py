@@ -76,7 +76,7 @@ class OperatorConverter(_TVMConverter):
     """TVM's TFLite converter with int8 data movement, compact PRELU and exact activation ranges."""
 
     _SUPPORTED_QUANTIZED_OPS = frozenset(_TVMConverter._SUPPORTED_QUANTIZED_OPS | MOVE_OPS | RESOURCE_OPS
-                                         | {"PRELU"} | set(VALUE_OPS) | {"L2_NORMALIZATION"})
+                                         | {"PRELU"} | set(VALUE_OPS) | {"L2_NORMALIZATION", "ELU", "CUMSUM"})
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -89,6 +89,8 @@ class OperatorConverter(_TVMConverter):
                 self.convert_map[name] = self._on_int8_values(name, data, self.convert_map[name])
         self.convert_map["RELU6"] = self.convert_relu6
         self.convert_map["L2_NORMALIZATION"] = self.convert_l2_normalization
+        self.convert_map["ELU"] = self.convert_elu
+        self.convert_map["CUMSUM"] = self.convert_cumsum
         for name in HYBRID_OPS:
             self.convert_map[name] = self._or_hybrid(name, self.convert_map[name])
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
@@ -392,6 +394,39 @@ class OperatorConverter(_TVMConverter):
         x = self.dequantize(self.get_tensor_expr(x_t), x_t)
         norm = relax.op.sqrt(relax.op.sum(relax.op.multiply(x, x), axis=[-1], keepdims=True))
         out = relax.op.divide(x, relax.op.maximum(norm, relax.const(1e-6, "float32")))
+        return self.quantize(out, y_t)
+
+    def convert_elu(self, op):
+        """ELU; int8 in dequantize/quantize form (``x < 0 ? exp(x) - 1 : x``, TFLite's transform), which the
+        integer lowering replaces by TFLite Micro's table."""
+        (x_t,), (y_t,) = self.get_input_tensors(op), self.get_output_tensors(op)
+        if x_t.qnn_params is None:
+            return super().convert_elu(op)
+        x = self.dequantize(self.get_tensor_expr(x_t), x_t)
+        zero, one = relax.const(0.0, "float32"), relax.const(1.0, "float32")
+        out = relax.op.where(relax.op.less(x, zero), relax.op.subtract(relax.op.exp(x), one), x)
+        return self.quantize(out, y_t)
+
+    def convert_cumsum(self, op):
+        """CUMSUM; int8 in dequantize/quantize form (``reverse`` as flips around the sum), which the integer
+        lowering replaces by TFLite Micro's integer kernel."""
+        from tflite.CumsumOptions import CumsumOptions
+
+        (x_t, axis_t), (y_t,) = self.get_input_tensors(op), self.get_output_tensors(op)
+        if x_t.qnn_params is None:
+            return super().convert_cumsum(op)
+        if self.has_expr(axis_t.tensor_idx):
+            raise tvm.error.OpNotImplemented("quantized CUMSUM with an axis computed at run time")
+        rank = len(self.get_tensor_shape(x_t))
+        axis = int(np.asarray(self.get_tensor_value(axis_t)).reshape(-1)[0]) % rank
+        opts = CumsumOptions()
+        opts.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+        x = self.dequantize(self.get_tensor_expr(x_t), x_t)
+        if opts.Reverse():
+            x = relax.op.flip(x, axis)
+        out = relax.op.cumsum(x, axis, "float32", bool(opts.Exclusive()))
+        if opts.Reverse():
+            out = relax.op.flip(out, axis)
         return self.quantize(out, y_t)
 
     def _declared_shape(self, name: str, convert):

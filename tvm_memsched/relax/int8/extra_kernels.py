@@ -19,7 +19,9 @@ kernels are more than a requantization:
 * :func:`log_softmax` (``LogSoftmaxQuantized``: exponentials from a table, the
   row's fixed-point logarithm);
 * :func:`reduce_prod` (LiteRT's ``QuantizedReduceProd``: each product step
-  rescaled, in the order TFLite multiplies).
+  rescaled, in the order TFLite multiplies);
+* :func:`cumsum` (``reference_ops::CumSum`` for int8: the inputs rescaled with a
+  left shift of 20 and summed from a start that is the rescaled zero point).
 
 Row-wise kernels (L2 normalization, log-softmax) compute per-row values under
 the row loop and per-element values under the innermost loop
@@ -41,7 +43,7 @@ from .kernels import OPAQUE, Chain, Requant, finish
 from .tirmath import cast_i32, clamp, i64, rdbpot, srdhm
 
 __all__ = ["squared_difference", "compare", "div", "resize_bilinear", "l2_normalization", "log_softmax",
-           "reduce_prod", "finish_rows", "COMPARISONS"]
+           "reduce_prod", "cumsum", "finish_rows", "COMPARISONS"]
 
 #: TFLite comparison operators by Relax name
 COMPARISONS = {"equal": "EQUAL", "not_equal": "NOT_EQUAL", "greater": "GREATER", "greater_equal": "GREATER_EQUAL",
@@ -421,3 +423,26 @@ def reduce_prod(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mul
     y = te.compute(out_shape, lambda *i: clamp(_mbqm64(acc[i], mult, shift) + _c(out_offset), -128, 127)
                    .astype("int8"), name="y")
     return finish([x, y], name, reduce_into="y")
+
+
+def cumsum(shape, axis: int, *, exclusive: bool, reverse: bool, in_offset: int, in_mult: int, in_shift: int,
+           out: Requant, name: str = "cumsum_int8") -> tvm.tirx.PrimFunc:
+    """int8 CUMSUM along ``axis`` (TFLite's ``CumSum`` with ``ArithmeticParams``): each element rescaled,
+    ``MBQM((x + in_offset) << 20)``, summed over the prefix (the suffix if ``reverse``; without the element
+    itself if ``exclusive``) onto TFLite's start value ``MBQM(in_offset << 20)``, then requantized by ``out``."""
+    x = te.placeholder(shape, "int8", "x")
+    r = te.reduce_axis((0, shape[axis]), "r")
+    start = rdbpot(srdhm(_c(in_offset * (1 << 20)), _c(in_mult)), -in_shift) if in_shift <= 0 else None
+    if start is None:
+        raise ValueError("CUMSUM: an input multiplier of one half has a negative shift")
+
+    def body(*i):
+        k = i[axis]
+        inside = (r > k if exclusive else r >= k) if reverse else (r < k if exclusive else r <= k)
+        v = (cast_i32(x[i[:axis] + (r,) + i[axis + 1:]]) + _c(in_offset)) * _c(1 << 20)
+        return te.sum(tirx.if_then_else(inside, rdbpot(srdhm(v, _c(in_mult)), -in_shift), _c(0)), axis=r)
+
+    acc = te.compute(shape, body, name="acc")
+    chain = Chain(shape)
+    total = chain(lambda *i: acc[i] + start)
+    return finish([x, out.output(chain, total)], name, reduce_into="y")

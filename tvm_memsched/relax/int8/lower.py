@@ -267,9 +267,20 @@ def _reduce_prod(em: _Emitter, m: Match):
     return em.call(m, f, "reduce_prod_int8", [m.inputs[0]])
 
 
+def _cumsum(em: _Emitter, m: Match):
+    p = P.cumsum_params(m.qin[0].s, m.qout.s)
+    if p is None or m.act != (-128, 127):
+        return None
+    (im, ish), (om, osh) = p
+    f = XK.cumsum(_shape(m.inputs[0]), m.attrs["axis"], exclusive=m.attrs["exclusive"], reverse=m.attrs["reverse"],
+                  in_offset=-m.qin[0].zp, in_mult=im, in_shift=ish, out=K.Requant(om, osh, m.qout.zp))
+    return em.call(m, f, "cumsum_int8", [m.inputs[0]])
+
+
 #: lowering of the operators of :mod:`.extra_kernels`, by TFLite name
 _EXTRA = {"SQUARED_DIFFERENCE": _squared_difference, "DIV": _div, "RESIZE_BILINEAR": _resize_bilinear,
-          "L2_NORMALIZATION": _l2_normalization, "LOG_SOFTMAX": _log_softmax, "REDUCE_PROD": _reduce_prod}
+          "L2_NORMALIZATION": _l2_normalization, "LOG_SOFTMAX": _log_softmax, "REDUCE_PROD": _reduce_prod,
+          "CUMSUM": _cumsum}
 _EXTRA.update({name: _comparison for name in XK.COMPARISONS.values()})
 
 
@@ -297,7 +308,7 @@ def _table(m: Match):
             return None
         return P.tanh_table(qx.s, qx.zp)
     tables = {"ABS": P.abs_table, "RSQRT": P.rsqrt_table, "SQRT": P.sqrt_table, "EXP": P.exp_table,
-              "LOG": P.log_table}
+              "LOG": P.log_table, "ELU": P.elu_table}
     if m.op in tables:
         return tables[m.op](qx.s, qx.zp, qo.s, qo.zp)
     return None

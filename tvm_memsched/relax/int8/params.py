@@ -35,7 +35,8 @@ __all__ = ["f32", "act_range", "conv_multipliers", "add_params", "mul_params", "
            "softmax_params", "softmax_tables", "requantize_table", "relu_table", "leaky_relu_table",
            "hard_swish_table", "logistic_table", "tanh_table", "dequantize_table", "abs_table", "rsqrt_table",
            "sqrt_table", "lut_populate", "exp_table", "log_table", "squared_difference_params", "comparison_params",
-           "div_params", "div_reciprocals", "log_softmax_params", "reduce_prod_params", "ACTIVATIONS",
+           "div_params", "div_reciprocals", "log_softmax_params", "reduce_prod_params", "elu_table", "cumsum_params",
+           "ACTIVATIONS",
            "INT8_VALUES"]
 
 #: Fused activations TFLite knows for quantized outputs, by name.
@@ -439,3 +440,21 @@ def reduce_prod_params(input_scale, output_scale, count: int) -> tuple[int, int]
     """REDUCE_PROD int8 (LiteRT ``GetQuantProdScaling``): each of the ``count`` factors scaled by
     ``s_in / s_out ** (1 / count)`` (double, ``std::pow``)."""
     return quantize_multiplier(f32(input_scale) / math.pow(f32(output_scale), 1.0 / int(count)))
+
+
+def elu_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """ELU int8 (TFLite Micro: ``PopulateLookupTable`` of ``x < 0 ? expf(x) - 1 : x``, as :func:`lut_populate`)."""
+    expf = _libm("expf")
+    return lut_populate(lambda x: np.float32(expf(x) - np.float32(1)) if x < 0 else x, in_scale, in_zp, out_scale,
+                        out_zp)
+
+
+def cumsum_params(in_scale, out_scale) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """CUMSUM int8 (TFLite Micro, left shift 20): ``(multiplier, shift)`` of the input (``s / 2s``: one half)
+    and of the output (``2 s_in / (2**20 s_out)``); None where TFLite's check fails (an output ratio of 1 or
+    more)."""
+    twice = 2 * f32(in_scale)
+    out = twice / ((1 << 20) * f32(out_scale))
+    if not 0 < out < 1:
+        return None
+    return quantize_multiplier(f32(in_scale) / twice), quantize_multiplier(out)

@@ -287,7 +287,7 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
     rng = act_range(act, qout.s, qout.zp, qmin, qmax)
     for matcher in (_match_conv, _match_transpose_conv, _match_dense, _match_binary, _match_mean, _match_softmax,
                     _match_concat, _match_prelu, _match_squared_difference, _match_div, _match_resize_bilinear,
-                    _match_l2_normalization, _match_log_softmax, _match_reduce_prod):
+                    _match_l2_normalization, _match_log_softmax, _match_reduce_prod, _match_cumsum):
         m = matcher(view, var, inner, qout)
         if m is not None:
             m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
@@ -300,7 +300,7 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
 
 def _match_unary(view: FunctionView, var, body, qout, rng) -> Match | None:
     """One-input int8 operators: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH, ABS, RSQRT,
-    SQRT, EXP, LOG."""
+    SQRT, EXP, LOG, ELU."""
     c = body if not isinstance(body, relax.Var) else view.value.get(body)
     if not isinstance(c, relax.Call):
         return None
@@ -314,6 +314,8 @@ def _match_unary(view: FunctionView, var, body, qout, rng) -> Match | None:
             return None
         attrs = {"alpha": float(c.attrs.alpha)} if name == "relax.nn.leakyrelu" else {}
         return Match(simple[name], var, [d[0]], [d[1]], qout, attrs=attrs, act=rng)
+    if name == "relax.where":
+        return _match_elu(view, var, c, qout, rng)
     if name == "relax.clip":
         d = view.dequantized(c.args[0])
         lo, hi = _prim_value(c.args[1]), _prim_value(c.args[2])
@@ -654,3 +656,44 @@ def _match_reduce_prod(view: FunctionView, var, body, qout) -> Match | None:
     rank = len(view.shape(d[0]))
     axes = [int(a) % rank for a in c.attrs.axis] if c.attrs.axis is not None else list(range(rank))
     return Match("REDUCE_PROD", var, [d[0]], [d[1]], qout, attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
+
+
+def _scalar(expr) -> float | None:
+    v = _const(expr)
+    return None if v is None or np.asarray(v).size != 1 else float(np.asarray(v).reshape(-1)[0])
+
+
+def _match_elu(view: FunctionView, var, c, qout, rng) -> Match | None:
+    """ELU as the frontend writes it: ``where(x < 0, exp(x) - 1, x)``."""
+    less = view.call(c.args[0], "less")
+    sub = view.call(c.args[1], "subtract")
+    exp = view.call(sub.args[0], "exp") if sub is not None else None
+    d = view.dequantized(c.args[2])
+    if d is None or less is None or exp is None or not (less.args[0].same_as(c.args[2]) and
+                                                        exp.args[0].same_as(c.args[2])) or \
+            _scalar(less.args[1]) != 0.0 or _scalar(sub.args[1]) != 1.0:
+        return None
+    return Match("ELU", var, [d[0]], [d[1]], qout, act=rng)
+
+
+def _match_cumsum(view: FunctionView, var, body, qout) -> Match | None:
+    """CUMSUM as the frontend writes it: ``cumsum(x)``, reversed as ``flip(cumsum(flip(x)))``."""
+    outer = view.call(body, "flip")
+    c = view.call(outer.args[0] if outer is not None else body, "cumsum")
+    if c is None:
+        return None
+    src = c.args[0]
+    inner = view.call(src, "flip")
+    if (outer is None) != (inner is None):
+        return None
+    if inner is not None:
+        if int(inner.attrs.axis) != int(outer.attrs.axis) or int(inner.attrs.axis) != int(c.attrs.axis):
+            return None
+        src = inner.args[0]
+    d = view.dequantized(src)
+    if d is None:
+        return None
+    rank = len(view.shape(d[0]))
+    return Match("CUMSUM", var, [d[0]], [d[1]], qout,
+                 attrs={"axis": int(c.attrs.axis) % rank, "exclusive": bool(c.attrs.exclusive),
+                        "reverse": outer is not None})
