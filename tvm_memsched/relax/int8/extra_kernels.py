@@ -21,7 +21,10 @@ kernels are more than a requantization:
 * :func:`reduce_prod` (LiteRT's ``QuantizedReduceProd``: each product step
   rescaled, in the order TFLite multiplies);
 * :func:`cumsum` (``reference_ops::CumSum`` for int8: the inputs rescaled with a
-  left shift of 20 and summed from a start that is the rescaled zero point).
+  left shift of 20 and summed from a start that is the rescaled zero point);
+* :func:`arg_min_max` (ARG_MAX / ARG_MIN written straight as the file's index type:
+  TVM's ``argmax`` gives int64 indexes, whose cast to int32 kept a whole int64
+  temporary on the stack).
 
 Row-wise kernels (L2 normalization, log-softmax) compute per-row values under
 the row loop and per-element values under the innermost loop
@@ -43,7 +46,7 @@ from .kernels import OPAQUE, Chain, Requant, finish
 from .tirmath import cast_i32, clamp, i64, rdbpot, srdhm
 
 __all__ = ["squared_difference", "compare", "div", "resize_bilinear", "l2_normalization", "log_softmax",
-           "reduce_prod", "cumsum", "finish_rows", "COMPARISONS"]
+           "reduce_prod", "cumsum", "arg_min_max", "finish_rows", "COMPARISONS"]
 
 #: TFLite comparison operators by Relax name
 COMPARISONS = {"equal": "EQUAL", "not_equal": "NOT_EQUAL", "greater": "GREATER", "greater_equal": "GREATER_EQUAL",
@@ -446,3 +449,34 @@ def cumsum(shape, axis: int, *, exclusive: bool, reverse: bool, in_offset: int, 
     chain = Chain(shape)
     total = chain(lambda *i: acc[i] + start)
     return finish([x, out.output(chain, total)], name, reduce_into="y")
+
+
+def arg_min_max(shape, axis: int, *, is_min: bool, out_dtype: str = "int32", in_dtype: str = "int8",
+                name: str | None = None) -> tvm.tirx.PrimFunc:
+    """ARG_MAX (ARG_MIN if ``is_min``) of an integer tensor over ``axis`` (TFLite's ``ArgMinMax``: the first
+    index of the extreme value), indexes written as ``out_dtype``."""
+    x = te.placeholder(shape, in_dtype, "x")
+    r = te.reduce_axis((0, shape[axis]), "r")
+    out_shape = tuple(shape[:axis]) + tuple(shape[axis + 1:])
+
+    def combine(a, b):        # a: (index, value) so far, b: the next (index, value); the first value is taken
+        better = (b[1] < a[1]) if is_min else (b[1] > a[1])
+        take = tirx.any(a[0] < _c(0), better)
+        return tirx.Select(take, b[0], a[0]), tirx.Select(take, b[1], a[1])
+
+    reducer = te.comm_reducer(combine, lambda t0, t1: (_c(-1), tirx.const(0, t1)), name="arg_min_max")
+    idx, _ = te.compute(out_shape, lambda *i: reducer((r.var.astype("int32"), x[i[:axis] + (r,) + i[axis:]]),
+                                                      axis=r), name="acc")
+    y = te.compute(out_shape, lambda *i: idx[i].astype(out_dtype), name="y")
+
+    def schedule(func):                  # both the index and the value accumulators: one element each
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        acc = sch.get_sblock("acc")
+        sch.compute_at(acc, sch.get_loops(sch.get_sblock("y"))[-1], preserve_unit_loops=False)
+        sch.set_scope(acc, 0, "local")
+        sch.set_scope(acc, 1, "local")
+        return sch.mod["main"]
+
+    return finish([x, y], name or ("arg_min" if is_min else "arg_max") + "_" + in_dtype, schedule=schedule)

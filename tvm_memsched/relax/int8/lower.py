@@ -277,10 +277,15 @@ def _cumsum(em: _Emitter, m: Match):
     return em.call(m, f, "cumsum_int8", [m.inputs[0]])
 
 
+def _arg_min_max(em: _Emitter, m: Match):
+    f = XK.arg_min_max(_shape(m.inputs[0]), m.attrs["axis"], is_min=m.op == "ARG_MIN", out_dtype=str(m.var.ty.dtype))
+    return em.call(m, f, m.op.lower() + "_int8", [m.inputs[0]])
+
+
 #: lowering of the operators of :mod:`.extra_kernels`, by TFLite name
 _EXTRA = {"SQUARED_DIFFERENCE": _squared_difference, "DIV": _div, "RESIZE_BILINEAR": _resize_bilinear,
           "L2_NORMALIZATION": _l2_normalization, "LOG_SOFTMAX": _log_softmax, "REDUCE_PROD": _reduce_prod,
-          "CUMSUM": _cumsum}
+          "CUMSUM": _cumsum, "ARG_MAX": _arg_min_max, "ARG_MIN": _arg_min_max}
 _EXTRA.update({name: _comparison for name in XK.COMPARISONS.values()})
 
 

@@ -262,6 +262,8 @@ def match_binding(view: FunctionView, var) -> Match | None:
             return Match("DEQUANTIZE", var, [d[0]], [d[1]], None)
     if out_dtype == "bool":
         return _match_comparison(view, var, value)
+    if name == "relax.astype":
+        return _match_arg_min_max(view, var, value)
     return None
 
 
@@ -697,3 +699,14 @@ def _match_cumsum(view: FunctionView, var, body, qout) -> Match | None:
     return Match("CUMSUM", var, [d[0]], [d[1]], qout,
                  attrs={"axis": int(c.attrs.axis) % rank, "exclusive": bool(c.attrs.exclusive),
                         "reverse": outer is not None})
+
+
+def _match_arg_min_max(view: FunctionView, var, cast) -> Match | None:
+    """ARG_MAX / ARG_MIN of an int8 tensor imported as ``astype(argmax(x), int32)`` (TVM's indexes are int64)."""
+    c = view.call(cast.args[0], "argmax", "argmin")
+    if c is None or view.dtype(c.args[0]) not in INT_TYPES or c.attrs.axis is None or bool(c.attrs.keepdims) or \
+            view.dtype(var) not in ("int32", "int64") or view.users[cast.args[0]] != 1:
+        return None
+    rank = len(view.shape(c.args[0]))
+    return Match("ARG_MIN" if op_name(c) == "relax.argmin" else "ARG_MAX", var, [c.args[0]], [None], None,
+                 attrs={"axis": int(c.attrs.axis) % rank})
