@@ -345,7 +345,8 @@ def test_micro_runs_coverage_models_bit_identical_in_less_ram_than_tflm(case, tm
     assert code == 0, out
     assert ("vs LiteRT reference kernels: bit-identical" if case == "reduce_prod" else
             "vs TFLite Micro: bit-identical (ok)") in out, out
-    assert rep["ram_bytes"] <= 0.8 * rep["tflm"]["min_arena"], (rep["ram_bytes"], rep["tflm"])
+    if case != "reduce_prod":                  # (TFLite Micro has no arena for a file it refuses)
+        assert rep["ram_bytes"] <= 0.8 * rep["tflm"]["min_arena"], (rep["ram_bytes"], rep["tflm"])
 
 
 @pytest.mark.slow
