@@ -193,7 +193,8 @@ def resize_bilinear(x_shape, out_shape, *, align_corners: bool, half_pixel: bool
 def finish_rows(tensors, name: str, rank: int) -> tvm.tirx.PrimFunc:
     """PrimFunc of ``tensors`` (inputs ..., output ``y``) with every stage named ``t*`` computed under the
     output's innermost loop and every other stage (per-row values, their reductions) under its loop ``rank
-    - 1`` (the row; at the top for ``rank`` 0, a single row), all in ``local`` scope."""
+    - 1`` (the row; at the top for ``rank`` 0, a single row), one element each (on the stack: see
+    :func:`.kernels.schedule_reductions`)."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(te.create_prim_func(list(tensors)))
@@ -205,7 +206,6 @@ def finish_rows(tensors, name: str, rank: int) -> tvm.tirx.PrimFunc:
         if sch.get(blk).name_hint.startswith("t") or rank:
             at = loops[-1] if sch.get(blk).name_hint.startswith("t") else loops[rank - 1]
             sch.compute_at(blk, at, preserve_unit_loops=False)
-        sch.set_scope(blk, 0, "local")
     return sch.mod["main"].with_attr("op_pattern", OPAQUE).with_attr("global_symbol", name).with_attr(
         "tvm_memsched.int8", name)
 
@@ -469,14 +469,12 @@ def arg_min_max(shape, axis: int, *, is_min: bool, out_dtype: str = "int32", in_
                                                       axis=r), name="acc")
     y = te.compute(out_shape, lambda *i: idx[i].astype(out_dtype), name="y")
 
-    def schedule(func):                  # both the index and the value accumulators: one element each
+    def schedule(func):                  # both the index and the value accumulators: one element each (stack)
         from tvm import s_tir
 
         sch = s_tir.Schedule(func)
         acc = sch.get_sblock("acc")
         sch.compute_at(acc, sch.get_loops(sch.get_sblock("y"))[-1], preserve_unit_loops=False)
-        sch.set_scope(acc, 0, "local")
-        sch.set_scope(acc, 1, "local")
         return sch.mod["main"]
 
     return finish([x, y], name or ("arg_min" if is_min else "arg_max") + "_" + in_dtype, schedule=schedule)
