@@ -270,14 +270,17 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
         lite = "does not run the file" if lt.get("error") else \
             "bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"
         calls = f" over {chk['invocations']} invocations" if chk["invocations"] > 1 else ""
-        if tflm:
+        failed = (chk.get("tflm") or {}).get("error")
+        if failed:
+            print(f"TFLite Micro fails to invoke the file ({failed}): comparing with LiteRT (reference kernels) only")
+        if tflm and not failed:
             t = chk["tflm"]
             print(f"vs TFLite Micro{calls}: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
                   f" ({'ok' if chk['ok'] else 'MISMATCH'}); vs LiteRT reference kernels: {lite}")
         else:
             print(f"vs LiteRT reference kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
         if not chk["ok"]:
-            print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if tflm else 'LiteRT'}'s",
+            print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if tflm and not failed else 'LiteRT'}'s",
                   file=sys.stderr)
             code = 1
     if dflt is not None:

@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["wrap32", "wrap16", "tflite_round", "quantize_multiplier", "srdhm", "srdhm16",
            "rounding_divide_by_pot", "multiply_by_quantized_multiplier", "mbqm_array", "quantize_float",
            "calculate_input_radius", "FixedPoint", "exp_on_negative_values", "logistic_q0", "tanh_q0",
-           "one_over_one_plus_x_for_x_in_0_1", "rounding_half_sum", "count_leading_zeros",
+           "one_over_one_plus_x_for_x_in_0_1", "rounding_half_sum", "count_leading_zeros", "inv_sqrt_multiplier",
            "INT32_MIN", "INT32_MAX", "reduced_multiplier", "multiply_by_quantized_multiplier_64"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -310,3 +310,32 @@ def tanh_q0(a: FixedPoint) -> FixedPoint:
     n = a if negative else -a
     t = _one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(n.exact_mul_by_pot(1)))
     return -t if negative else t
+
+
+def inv_sqrt_multiplier(x: int, reverse_shift: int = -1) -> tuple[int, int]:
+    """``GetInvSqrtQuantizedMultiplierExp``: ``(multiplier, shift)`` of ``1 / sqrt(x)`` for an int32 ``x >= 0``
+    (gemmlowp Newton-Raphson in Q3.28, five steps), the shift negated by ``reverse_shift`` as TFLite's.
+
+    >>> inv_sqrt_multiplier(1000)     # 1 / sqrt(1000) ~ 271637587 / 2**31 * 2**-2
+    (271637587, -2)
+    """
+    if x <= 1:
+        return (1 << 31) - 1, 0
+    shift = 11
+    while x >= (1 << 29):
+        x //= 4
+        shift += 1
+    pairs = (count_leading_zeros(x) - 1) // 2 - 1
+    shift -= pairs
+    x <<= 2 * pairs
+    f_in = FixedPoint(x >> 1, 3)
+    half_in = f_in.srmbpot(-1)
+    half_three = FixedPoint((1 << 28) + (1 << 27), 3)
+    r = FixedPoint.one(3)
+    for _ in range(5):
+        r3 = (r * r * r).rescale(3)
+        r = ((half_three * r) - (half_in * r3)).rescale(3)
+    raw = (r * FixedPoint(1518500250, 0)).raw
+    if shift < 0:
+        raw, shift = wrap32(raw << -shift), 0
+    return raw, shift * reverse_shift

@@ -179,7 +179,11 @@ def _requant_desc(rq: "Requant") -> dict:
 
 
 def schedule_reductions(func, output_block: str) -> tvm.tirx.PrimFunc:
-    """``compute_at`` every other block under the innermost loop of ``output_block`` (scope ``local``)."""
+    """``compute_at`` every other block under the innermost loop of ``output_block``.
+
+    The one-element buffers keep the default (global) scope: TVM places small global-scope buffers on the
+    stack (C locals, registers once compiled), where ``local`` ones would each be a
+    ``TVMBackendAllocWorkspace`` call on a microcontroller (its frame, and workspace in the arena)."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(func)
@@ -189,7 +193,6 @@ def schedule_reductions(func, output_block: str) -> tvm.tirx.PrimFunc:
     for blk in reversed(producers):
         loops = sch.get_loops(out)
         sch.compute_at(blk, loops[-1], preserve_unit_loops=False)
-        sch.set_scope(blk, 0, "local")
     return sch.mod["main"]
 
 
@@ -634,7 +637,6 @@ def softmax(shape, *, exp_table, sum_table, name: str = "softmax_int8") -> tvm.t
     for blk in reversed(others):
         loops = sch.get_loops(out)
         at = loops[-1] if sch.get(blk).name_hint.startswith("t") else loops[len(outer) - 1]
-        sch.compute_at(blk, at, preserve_unit_loops=False)
-        sch.set_scope(blk, 0, "local")
+        sch.compute_at(blk, at, preserve_unit_loops=False)     # (default scope: see schedule_reductions)
     return sch.mod["main"].with_attr("op_pattern", OPAQUE).with_attr("global_symbol", name).with_attr(
         "tvm_memsched.int8", name)

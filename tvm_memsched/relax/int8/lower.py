@@ -30,6 +30,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..ir import KernelEmitter, op_name, replace_bindings
+from . import extra_kernels as XK
 from . import kernels as K
 from . import params as P
 from .patterns import FunctionView, Match, match_binding
@@ -152,13 +153,14 @@ def _emit(em: _Emitter, m: Match):
         f = K.binary_mul(_shape(m.inputs[0]), _shape(m.inputs[1]), oshape, a_offset=-qa.zp, b_offset=-qb.zp,
                          out=K.Requant(mult, shift, m.qout.zp, *m.act))
         return em.call(m, f, "mul_int8", list(m.inputs))
-    if op == "MEAN":
+    if op in ("MEAN", "SUM"):
         ishape = _shape(m.inputs[0])
         count = int(np.prod([ishape[a] for a in m.attrs["axes"]]))
-        mult, shift = P.mean_params(qx.s, m.qout.s, count)
+        mult, shift = P.mean_params(qx.s, m.qout.s, count) if op == "MEAN" else \
+            P.quantize_multiplier(P.f32(qx.s) / P.f32(m.qout.s))
         f = K.mean(ishape, m.attrs["axes"], oshape, m.attrs["keepdims"], in_offset=-qx.zp, mult=mult, shift=shift,
                    out_offset=m.qout.zp)
-        return em.call(m, f, "mean_int8", [m.inputs[0]])
+        return em.call(m, f, op.lower() + "_int8", [m.inputs[0]])
     if op == "AVERAGE_POOL_2D":
         f = K.avg_pool2d(_shape(m.inputs[0]), oshape, pool=m.attrs["pool"], strides=m.attrs["strides"],
                          padding=m.attrs["padding"], lo=m.act[0], hi=m.act[1])
@@ -192,6 +194,8 @@ def _emit(em: _Emitter, m: Match):
         table = P.dequantize_table(qx.s, qx.zp)
         f = K.lut(_shape(m.inputs[0]), "int8", "float32", name="dequantize_int8")
         return em.call(m, f, "dequantize_int8", [m.inputs[0], em.const(table)])
+    if op in _EXTRA:
+        return _EXTRA[op](em, m)
     table = _table(m)
     if table is None:
         return None
@@ -212,6 +216,93 @@ def _emit_batch_matmul(em, m: Match):
                        requant=K.Requant(mult, shift, m.qout.zp, *m.act), dtype=dt, name=f"batch_matmul_{dt}")
     args = [em.const(x.value.numpy()) if isinstance(x, tvm.ir.Constant) else x for x in m.inputs]
     return em.call(m, f, f"batch_matmul_{dt}", args)
+
+
+def _squared_difference(em: _Emitter, m: Match):
+    (qa, qb), qo = m.qin, m.qout
+    a, b, out = P.squared_difference_params(qa.s, qb.s, qo.s)
+    f = XK.squared_difference(_shape(m.inputs[0]), _shape(m.inputs[1]), _shape(m.var), a=(-qa.zp, *a),
+                              b=(-qb.zp, *b), out=K.Requant(out[0], out[1], qo.zp, *m.act))
+    return em.call(m, f, "squared_difference_int8", list(m.inputs))
+
+
+def _comparison(em: _Emitter, m: Match):
+    qa, qb = m.qin
+    pa, pb = P.comparison_params(qa.s), P.comparison_params(qb.s)
+    if pa is None or pb is None:
+        return None                       # TFLite refuses scales of 1 or more
+    f = XK.compare(_shape(m.inputs[0]), _shape(m.inputs[1]), _shape(m.var), m.attrs["op"], a=(-qa.zp, *pa),
+                   b=(-qb.zp, *pb))
+    return em.call(m, f, m.attrs["op"] + "_int8", list(m.inputs))
+
+
+def _div(em: _Emitter, m: Match):
+    (qa, qb), qo = m.qin, m.qout
+    mult, shift = P.div_params(qa.s, qb.s, qo.s)
+    f = XK.div(_shape(m.inputs[0]), _shape(m.inputs[1]), _shape(m.var), a_offset=-qa.zp, b_offset=-qb.zp,
+               out=K.Requant(mult, shift, qo.zp, *m.act))
+    return em.call(m, f, "div_int8", list(m.inputs) + [em.const(P.div_reciprocals(qb.zp))])
+
+
+def _resize_bilinear(em: _Emitter, m: Match):
+    if m.act != (-128, 127):
+        return None
+    f = XK.resize_bilinear(_shape(m.inputs[0]), _shape(m.var), align_corners=m.attrs["align_corners"],
+                           half_pixel=m.attrs["half_pixel"])
+    return em.call(m, f, "resize_bilinear_int8", [m.inputs[0]])
+
+
+def _l2_normalization(em: _Emitter, m: Match):
+    shape = _shape(m.inputs[0])
+    if shape[-1] > XK.L2_MAX_DEPTH or m.act != (-128, 127):
+        return None
+    f = XK.l2_normalization(shape, in_offset=-m.qin[0].zp)
+    return em.call(m, f, "l2_normalization_int8", [m.inputs[0]])
+
+
+def _log_softmax(em: _Emitter, m: Match):
+    qx, qo = m.qin[0], m.qout
+    if qo.zp != 127 or np.float32(qo.s) != np.float32(16 / 256) or m.act != (-128, 127):
+        return None                       # TFLite's int8 kernel requires this output quantization
+    p = P.log_softmax_params(qx.s)
+    if p is None:
+        return None
+    _, table = P.softmax_tables(qx.s)
+    f = XK.log_softmax(_shape(m.inputs[0]), **p)
+    return em.call(m, f, "log_softmax_int8", [m.inputs[0], em.const(table)])
+
+
+def _reduce_prod(em: _Emitter, m: Match):
+    ishape = _shape(m.inputs[0])
+    count = int(np.prod([ishape[a] for a in m.attrs["axes"]]))
+    mult, shift = P.reduce_prod_params(m.qin[0].s, m.qout.s, count)
+    if m.act != (-128, 127) or not -31 <= shift < 8:
+        return None
+    f = XK.reduce_prod(ishape, m.attrs["axes"], _shape(m.var), m.attrs["keepdims"], in_offset=-m.qin[0].zp,
+                       mult=mult, shift=shift, out_offset=m.qout.zp)
+    return em.call(m, f, "reduce_prod_int8", [m.inputs[0]])
+
+
+def _cumsum(em: _Emitter, m: Match):
+    p = P.cumsum_params(m.qin[0].s, m.qout.s)
+    if p is None or m.act != (-128, 127):
+        return None
+    (im, ish), (om, osh) = p
+    f = XK.cumsum(_shape(m.inputs[0]), m.attrs["axis"], exclusive=m.attrs["exclusive"], reverse=m.attrs["reverse"],
+                  in_offset=-m.qin[0].zp, in_mult=im, in_shift=ish, out=K.Requant(om, osh, m.qout.zp))
+    return em.call(m, f, "cumsum_int8", [m.inputs[0]])
+
+
+def _arg_min_max(em: _Emitter, m: Match):
+    f = XK.arg_min_max(_shape(m.inputs[0]), m.attrs["axis"], is_min=m.op == "ARG_MIN", out_dtype=str(m.var.ty.dtype))
+    return em.call(m, f, m.op.lower() + "_int8", [m.inputs[0]])
+
+
+#: lowering of the operators of :mod:`.extra_kernels`, by TFLite name
+_EXTRA = {"SQUARED_DIFFERENCE": _squared_difference, "DIV": _div, "RESIZE_BILINEAR": _resize_bilinear,
+          "L2_NORMALIZATION": _l2_normalization, "LOG_SOFTMAX": _log_softmax, "REDUCE_PROD": _reduce_prod,
+          "CUMSUM": _cumsum, "ARG_MAX": _arg_min_max, "ARG_MIN": _arg_min_max}
+_EXTRA.update({name: _comparison for name in XK.COMPARISONS.values()})
 
 
 def _table(m: Match):
@@ -237,6 +328,10 @@ def _table(m: Match):
         if qo.zp != 0 or np.float32(qo.s) != np.float32(1 / 128):
             return None
         return P.tanh_table(qx.s, qx.zp)
+    tables = {"ABS": P.abs_table, "RSQRT": P.rsqrt_table, "SQRT": P.sqrt_table, "EXP": P.exp_table,
+              "LOG": P.log_table, "ELU": P.elu_table}
+    if m.op in tables:
+        return tables[m.op](qx.s, qx.zp, qo.s, qo.zp)
     return None
 
 
@@ -285,8 +380,10 @@ def _islands(func: relax.Function) -> list[str]:
         if not isinstance(v, relax.Call) or not isinstance(v.op, tvm.ir.Op):
             continue
         name = v.op.name
-        if name in ("relax.call_tir", "relax.dequantize", "relax.quantize") or view.dtype(var) != "float32":
-            continue
+        floats = view.dtype(var) == "float32" or any(
+            isinstance(getattr(a, "ty", None), relax.TensorType) and str(a.ty.dtype) == "float32" for a in v.args)
+        if name in ("relax.call_tir", "relax.dequantize", "relax.quantize") or not floats:
+            continue          # (a comparison of float values has a bool result: reported too)
         if any(isinstance(a, tvm.ir.Constant) for a in v.args) and all(
                 isinstance(a, tvm.ir.Constant) or view.call(a, "dequantize") is not None
                 and isinstance(view.value[a].args[0], tvm.ir.Constant) for a in v.args):

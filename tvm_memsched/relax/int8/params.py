@@ -23,14 +23,21 @@ Example
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .fixedpoint import (FixedPoint, calculate_input_radius, logistic_q0, multiply_by_quantized_multiplier,
-                         quantize_float, quantize_multiplier, rounding_divide_by_pot, srdhm16, tanh_q0, wrap16)
+from .fixedpoint import (FixedPoint, calculate_input_radius, count_leading_zeros, inv_sqrt_multiplier,
+                         logistic_q0, multiply_by_quantized_multiplier, quantize_float, quantize_multiplier,
+                         rounding_divide_by_pot, srdhm16, tanh_q0, wrap16)
 
 __all__ = ["f32", "act_range", "conv_multipliers", "add_params", "mul_params", "mean_params", "prelu_params",
            "softmax_params", "softmax_tables", "requantize_table", "relu_table", "leaky_relu_table",
-           "hard_swish_table", "logistic_table", "tanh_table", "dequantize_table", "ACTIVATIONS", "INT8_VALUES"]
+           "hard_swish_table", "logistic_table", "tanh_table", "dequantize_table", "abs_table", "rsqrt_table",
+           "sqrt_table", "lut_populate", "exp_table", "log_table", "squared_difference_params", "comparison_params",
+           "div_params", "div_reciprocals", "log_softmax_params", "reduce_prod_params", "elu_table", "cumsum_params",
+           "ACTIVATIONS",
+           "INT8_VALUES"]
 
 #: Fused activations TFLite knows for quantized outputs, by name.
 ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
@@ -277,3 +284,177 @@ def softmax_tables(input_scale, beta: float = 1.0) -> tuple[np.ndarray, np.ndarr
             exp[d + 255] = exp_on_negative_values(FixedPoint(rescaled, 5)).raw
     acc = np.array([rounding_divide_by_pot(int(v), 12) for v in exp], np.int64)
     return exp.astype(np.int32), acc.astype(np.int32)
+
+
+def abs_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """ABS int8 (TFLite Micro ``AbsEvalQuantized``): ``|x - zp_in|``, rescaled by the float ratio of the scales
+    unless they are equal, plus the output zero point."""
+    same = np.float32(in_scale) == np.float32(out_scale)
+    m, s = quantize_multiplier(float(np.float32(in_scale) / np.float32(out_scale)))
+
+    def fn(v):
+        value = abs(v - in_zp)
+        o = value if same else multiply_by_quantized_multiplier(value, m, s)
+        return min(127, max(-128, o + out_zp))
+
+    return _table(fn)
+
+
+def rsqrt_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """RSQRT int8 (TFLite Micro ``RsqrtEvalQuantized``): the integer inverse square root of ``x - zp_in``
+    rescaled by ``1 / (sqrt(s_in) * s_out)``; 127 at the zero point. Below it, where TFLite fails the
+    invocation (negative input), the table holds 127 as well."""
+    real = 1.0 / float(np.sqrt(np.float32(in_scale)) * np.float32(out_scale))
+    m, s = quantize_multiplier(real)
+
+    def fn(v):
+        value = v - in_zp
+        if value <= 0:
+            return 127
+        inv, inv_shift = inv_sqrt_multiplier(value)
+        data = multiply_by_quantized_multiplier(1, inv, inv_shift + 20)
+        return min(127, max(-128, multiply_by_quantized_multiplier(data, m, s - 20) + out_zp))
+
+    return _table(fn)
+
+
+def sqrt_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """SQRT int8 (LiteRT ``SqrtEvalQuantized``; TFLite Micro has no int8 SQRT): ``sqrt`` of the dequantized
+    value in float, divided by the output scale and *truncated*, plus the output zero point. Below the
+    input zero point, where LiteRT fails the invocation (negative input), the output zero point."""
+    def fn(v):
+        x = np.float32(in_scale) * np.float32(v - in_zp)
+        if x < 0:
+            return min(127, max(-128, out_zp))
+        q = np.float32(np.sqrt(x)) / np.float32(out_scale)
+        return min(127, max(-128, int(q) + out_zp))
+
+    return _table(fn)
+
+
+def _libm(name: str):
+    """The C library's single-precision ``name`` (``expf``, ``logf``): what LiteRT's ``std::exp(float)``
+    calls on this host (numpy's float32 functions may round differently)."""
+    import ctypes
+    import ctypes.util
+
+    fn = getattr(ctypes.CDLL(ctypes.util.find_library("m")), name)
+    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+    return lambda x: np.float32(fn(float(x)))
+
+
+def _f2i32(x) -> int:
+    """``static_cast<int32_t>(float)`` as x86 computes it (``INT32_MIN`` for NaN and values out of range)."""
+    x = float(x)
+    if x != x or not -2147483648.0 <= x < 2147483648.0:
+        return -(1 << 31)
+    return int(x)
+
+
+def lut_populate(fn, in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """LiteRT's ``LUTPopulateInt8`` of the float32 function ``fn``: each int8 value dequantized in float,
+    transformed, multiplied by the float inverse of the output scale, rounded half away from zero, offset
+    and clamped."""
+    inverse = np.float32(1) / np.float32(out_scale)
+
+    def entry(v):
+        r = np.float32(fn(np.float32(in_scale) * np.float32(v - in_zp))) * inverse
+        if np.isfinite(r):           # TfLiteRound(float): half away from zero (exact in double)
+            r = np.float32(math.copysign(math.floor(abs(float(r)) + 0.5), float(r)))
+        return min(127, max(-128, _f2i32(r + np.float32(out_zp))))
+
+    return _table(entry)
+
+
+def exp_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """EXP int8 (LiteRT: :func:`lut_populate` of ``expf``; TFLite Micro has no int8 EXP)."""
+    return lut_populate(_libm("expf"), in_scale, in_zp, out_scale, out_zp)
+
+
+def log_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """LOG int8 (LiteRT: :func:`lut_populate` of ``logf``, non-positive inputs mapped to the smallest
+    output value; TFLite Micro has no int8 LOG)."""
+    logf = _libm("logf")
+    output_min = np.float32(-128 - out_zp) * np.float32(out_scale)
+    return lut_populate(lambda x: logf(x) if x > 0 else output_min, in_scale, in_zp, out_scale, out_zp)
+
+
+def squared_difference_params(scale1, scale2, scale_out) -> tuple[tuple, tuple, tuple]:
+    """SQUARED_DIFFERENCE int8 (TFLite Micro ``PrepareQuantized``, left shift 7): ``(multiplier, shift)`` of each
+    input (their scales over twice the larger, in double) and of the output (``(2 max)**2 / (2**14 s_out)``)."""
+    twice_max = 2.0 * max(f32(scale1), f32(scale2))
+    out = twice_max * twice_max / float(np.float32(1 << 14) * np.float32(scale_out))
+    return (quantize_multiplier(f32(scale1) / twice_max), quantize_multiplier(f32(scale2) / twice_max),
+            quantize_multiplier(out))
+
+
+def comparison_params(scale) -> tuple[int, int] | None:
+    """EQUAL, GREATER, ... int8 (TFLite Micro ``ComparisonsPrepare``): the ``(multiplier, shift)`` of an input's
+    scale itself (``QuantizeMultiplierSmallerThanOneExp``), None for a scale of 1 or more (TFLite's check)."""
+    if not 0 < f32(scale) < 1:
+        return None
+    return quantize_multiplier(f32(scale))
+
+
+def div_params(scale1, scale2, scale_out) -> tuple[int, int]:
+    """DIV int8: ``QuantizeMultiplier(s1 / (s2 * s_out))``, the ratio computed in float as TFLite Micro does."""
+    return quantize_multiplier(float(np.float32(scale1) / (np.float32(scale2) * np.float32(scale_out))))
+
+
+def div_reciprocals(zero_point: int) -> np.ndarray:
+    """DIV int8: for each stored value of the divisor, TFLite's ``GetReciprocal(|x - zp|, 31)``, the Q0.31
+    reciprocal (row 0) and its ``num_bits_over_unit`` (row 1). At the zero point (a division by zero, which
+    TFLite only asserts against) what its code computes there on Arm and x86: ``CountLeadingZeros(0)`` is
+    32, and 0 shifted by 32 is 0.
+
+    >>> div_reciprocals(0)[:, 128 + 3].tolist()          # 1/3 = 2/3 * 2**-1: 2/3 in Q0.31, shift 1
+    [1431655762, 1]
+    """
+    from .fixedpoint import one_over_one_plus_x_for_x_in_0_1, wrap32
+
+    table = np.zeros((2, 256), np.int64)
+    for v in INT8_VALUES:
+        x = abs(int(v) - zero_point)
+        clz = count_leading_zeros(x)
+        shifted = wrap32(((x << clz) & 0xFFFFFFFF) - (1 << 31))
+        table[0, v + 128] = one_over_one_plus_x_for_x_in_0_1(FixedPoint(shifted, 0)).raw
+        table[1, v + 128] = 31 - clz
+    return table.astype(np.int32)
+
+
+def log_softmax_params(input_scale) -> dict | None:
+    """LOG_SOFTMAX int8 (``PreprocessLogSoftmaxScalingExp``, beta 1, 5 integer bits): the input multiplier and
+    left shift of :func:`softmax_params`, the reverse scaling divisor and its shift, ``diff_min``; None where
+    TFLite's preparation fails (an input scale too large for a left shift of at least 1)."""
+    mult, shift, diff_min = softmax_params(input_scale, 1.0)
+    if not 1 <= shift <= 30:
+        return None
+    divisor, rshift = quantize_multiplier((1 << (31 - shift)) / float(mult))
+    if rshift > 0:
+        return None
+    return {"mult": mult, "left_shift": shift, "reverse_divisor": divisor, "reverse_shift": rshift,
+            "diff_min": diff_min}
+
+
+def reduce_prod_params(input_scale, output_scale, count: int) -> tuple[int, int]:
+    """REDUCE_PROD int8 (LiteRT ``GetQuantProdScaling``): each of the ``count`` factors scaled by
+    ``s_in / s_out ** (1 / count)`` (double, ``std::pow``)."""
+    return quantize_multiplier(f32(input_scale) / math.pow(f32(output_scale), 1.0 / int(count)))
+
+
+def elu_table(in_scale, in_zp: int, out_scale, out_zp: int) -> np.ndarray:
+    """ELU int8 (TFLite Micro: ``PopulateLookupTable`` of ``x < 0 ? expf(x) - 1 : x``, as :func:`lut_populate`)."""
+    expf = _libm("expf")
+    return lut_populate(lambda x: np.float32(expf(x) - np.float32(1)) if x < 0 else x, in_scale, in_zp, out_scale,
+                        out_zp)
+
+
+def cumsum_params(in_scale, out_scale) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """CUMSUM int8 (TFLite Micro, left shift 20): ``(multiplier, shift)`` of the input (``s / 2s``: one half)
+    and of the output (``2 s_in / (2**20 s_out)``); None where TFLite's check fails (an output ratio of 1 or
+    more)."""
+    twice = 2 * f32(in_scale)
+    out = twice / ((1 << 20) * f32(out_scale))
+    if not 0 < out < 1:
+        return None
+    return quantize_multiplier(f32(in_scale) / twice), quantize_multiplier(out)

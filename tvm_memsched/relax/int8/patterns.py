@@ -262,6 +262,10 @@ def match_binding(view: FunctionView, var) -> Match | None:
         d = view.dequantized(var)
         if d is not None:
             return Match("DEQUANTIZE", var, [d[0]], [d[1]], None)
+    if out_dtype == "bool":
+        return _match_comparison(view, var, value)
+    if name == "relax.astype":
+        return _match_arg_min_max(view, var, value)
     return None
 
 
@@ -286,7 +290,9 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
 
     rng = act_range(act, qout.s, qout.zp, qmin, qmax)
     for matcher in (_match_conv, _match_transpose_conv, _match_dense, _match_binary, _match_mean, _match_softmax,
-                    _match_concat, _match_prelu, _match_batch_matmul):
+                    _match_concat, _match_prelu, _match_batch_matmul, _match_squared_difference, _match_div,
+                    _match_resize_bilinear, _match_l2_normalization, _match_log_softmax, _match_reduce_prod,
+                    _match_cumsum):
         m = matcher(view, var, inner, qout)
         if m is not None:
             m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
@@ -298,19 +304,23 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
 
 
 def _match_unary(view: FunctionView, var, body, qout, rng) -> Match | None:
-    """One-input int8 activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH."""
+    """One-input int8 operators: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH, ABS, RSQRT,
+    SQRT, EXP, LOG, ELU."""
     c = body if not isinstance(body, relax.Var) else view.value.get(body)
     if not isinstance(c, relax.Call):
         return None
     name = op_name(c)
     simple = {"relax.nn.relu": "RELU", "relax.sigmoid": "LOGISTIC", "relax.tanh": "TANH",
-              "relax.nn.leakyrelu": "LEAKY_RELU"}
+              "relax.nn.leakyrelu": "LEAKY_RELU", "relax.abs": "ABS", "relax.rsqrt": "RSQRT", "relax.sqrt": "SQRT",
+              "relax.exp": "EXP", "relax.log": "LOG"}
     if name in simple:
         d = view.dequantized(c.args[0])
         if d is None:
             return None
         attrs = {"alpha": float(c.attrs.alpha)} if name == "relax.nn.leakyrelu" else {}
         return Match(simple[name], var, [d[0]], [d[1]], qout, attrs=attrs, act=rng)
+    if name == "relax.where":
+        return _match_elu(view, var, c, qout, rng)
     if name == "relax.clip":
         d = view.dequantized(c.args[0])
         lo, hi = _prim_value(c.args[1]), _prim_value(c.args[2])
@@ -555,14 +565,16 @@ def _match_binary(view: FunctionView, var, body, qout) -> Match | None:
 
 
 def _match_mean(view: FunctionView, var, body, qout) -> Match | None:
-    c = view.call(body, "mean")
+    """MEAN, and SUM (the same kernel without the division by the element count)."""
+    c = view.call(body, "mean", "sum")
     if c is None:
         return None
     d = view.dequantized(c.args[0])
     if d is None or not d[1].per_tensor:
         return None
     axes = [int(a) for a in c.attrs.axis] if c.attrs.axis is not None else list(range(len(view.shape(d[0]))))
-    return Match("MEAN", var, [d[0]], [d[1]], qout, attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
+    return Match("MEAN" if op_name(c) == "relax.mean" else "SUM", var, [d[0]], [d[1]], qout,
+                 attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
 
 
 def _match_softmax(view: FunctionView, var, body, qout) -> Match | None:
@@ -628,3 +640,139 @@ def _match_max_pool(view: FunctionView, var, inner) -> Match | None:
     attrs = {"pool": tuple(int(p) for p in a.pool_size), "strides": tuple(int(s) for s in a.strides),
              "padding": tuple(int(p) for p in a.padding)}
     return Match("MAX_POOL_2D", var, [pool.args[0]], [None], None, attrs=attrs)
+
+
+def _two_dequantized(view: FunctionView, c):
+    """``(inputs, qparams)`` if both arguments of the call ``c`` are dequantized int8 tensors, else None."""
+    da, db = view.dequantized(c.args[0]), view.dequantized(c.args[1])
+    if da is None or db is None:
+        return None
+    return [da[0], db[0]], [da[1], db[1]]
+
+
+def _match_squared_difference(view: FunctionView, var, body, qout) -> Match | None:
+    """SQUARED_DIFFERENCE: ``(a - b) * (a - b)`` of two dequantized inputs."""
+    mul = view.call(body, "multiply")
+    if mul is None or not mul.args[0].same_as(mul.args[1]):
+        return None
+    sub = view.call(mul.args[0], "subtract")
+    both = _two_dequantized(view, sub) if sub is not None else None
+    return None if both is None else Match("SQUARED_DIFFERENCE", var, both[0], both[1], qout)
+
+
+def _match_div(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "divide")
+    both = _two_dequantized(view, c) if c is not None else None
+    return None if both is None else Match("DIV", var, both[0], both[1], qout)
+
+
+def _match_comparison(view: FunctionView, var, value) -> Match | None:
+    """EQUAL, NOT_EQUAL, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL of two dequantized int8 tensors (bool)."""
+    from .extra_kernels import COMPARISONS
+
+    name = op_name(value).replace("relax.", "")
+    if name not in COMPARISONS:
+        return None
+    both = _two_dequantized(view, value)
+    return None if both is None else Match(COMPARISONS[name], var, both[0], both[1], None, attrs={"op": name})
+
+
+def _match_resize_bilinear(view: FunctionView, var, body, qout) -> Match | None:
+    """RESIZE_BILINEAR (NHWC, TFLite's three coordinate modes) with equal input and output quantization."""
+    c = view.call(body, "image.resize2d")
+    if c is None:
+        return None
+    a = c.attrs
+    mode = str(a.coordinate_transformation_mode)
+    d = view.dequantized(c.args[0])
+    if d is None or str(a.method) != "linear" or str(a.layout) != "NHWC" or \
+            mode not in ("asymmetric", "align_corners", "half_pixel") or not d[1].same_as(qout):
+        return None
+    return Match("RESIZE_BILINEAR", var, [d[0]], [d[1]], qout,
+                 attrs={"align_corners": mode == "align_corners", "half_pixel": mode == "half_pixel"})
+
+
+def _match_l2_normalization(view: FunctionView, var, body, qout) -> Match | None:
+    """L2_NORMALIZATION as the frontend writes it: ``x / max(sqrt(sum(x * x, -1)), eps)``."""
+    c = view.call(body, "divide")
+    mx = view.call(c.args[1], "maximum") if c is not None else None
+    sq = view.call(mx.args[0], "sqrt") if mx is not None else None
+    sm = view.call(sq.args[0], "sum") if sq is not None else None
+    mul = view.call(sm.args[0], "multiply") if sm is not None else None
+    d = view.dequantized(c.args[0]) if mul is not None else None
+    shape = view.shape(var)
+    if d is None or not all(a.same_as(c.args[0]) for a in mul.args) or shape is None or \
+            [int(x) % len(shape) for x in sm.attrs.axis] != [len(shape) - 1]:
+        return None
+    return Match("L2_NORMALIZATION", var, [d[0]], [d[1]], qout)
+
+
+def _match_log_softmax(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "nn.log_softmax")
+    d = view.dequantized(c.args[0]) if c is not None else None
+    shape = view.shape(var)
+    if d is None or shape is None or int(c.attrs.axis) % len(shape) != len(shape) - 1:
+        return None
+    return Match("LOG_SOFTMAX", var, [d[0]], [d[1]], qout)
+
+
+def _match_reduce_prod(view: FunctionView, var, body, qout) -> Match | None:
+    c = view.call(body, "prod")
+    d = view.dequantized(c.args[0]) if c is not None else None
+    if d is None:
+        return None
+    rank = len(view.shape(d[0]))
+    axes = [int(a) % rank for a in c.attrs.axis] if c.attrs.axis is not None else list(range(rank))
+    return Match("REDUCE_PROD", var, [d[0]], [d[1]], qout, attrs={"axes": axes, "keepdims": bool(c.attrs.keepdims)})
+
+
+def _scalar(expr) -> float | None:
+    v = _const(expr)
+    return None if v is None or np.asarray(v).size != 1 else float(np.asarray(v).reshape(-1)[0])
+
+
+def _match_elu(view: FunctionView, var, c, qout, rng) -> Match | None:
+    """ELU as the frontend writes it: ``where(x < 0, exp(x) - 1, x)``."""
+    less = view.call(c.args[0], "less")
+    sub = view.call(c.args[1], "subtract")
+    exp = view.call(sub.args[0], "exp") if sub is not None else None
+    d = view.dequantized(c.args[2])
+    if d is None or less is None or exp is None or not (less.args[0].same_as(c.args[2]) and
+                                                        exp.args[0].same_as(c.args[2])) or \
+            _scalar(less.args[1]) != 0.0 or _scalar(sub.args[1]) != 1.0:
+        return None
+    return Match("ELU", var, [d[0]], [d[1]], qout, act=rng)
+
+
+def _match_cumsum(view: FunctionView, var, body, qout) -> Match | None:
+    """CUMSUM as the frontend writes it: ``cumsum(x)``, reversed as ``flip(cumsum(flip(x)))``."""
+    outer = view.call(body, "flip")
+    c = view.call(outer.args[0] if outer is not None else body, "cumsum")
+    if c is None:
+        return None
+    src = c.args[0]
+    inner = view.call(src, "flip")
+    if (outer is None) != (inner is None):
+        return None
+    if inner is not None:
+        if int(inner.attrs.axis) != int(outer.attrs.axis) or int(inner.attrs.axis) != int(c.attrs.axis):
+            return None
+        src = inner.args[0]
+    d = view.dequantized(src)
+    if d is None:
+        return None
+    rank = len(view.shape(d[0]))
+    return Match("CUMSUM", var, [d[0]], [d[1]], qout,
+                 attrs={"axis": int(c.attrs.axis) % rank, "exclusive": bool(c.attrs.exclusive),
+                        "reverse": outer is not None})
+
+
+def _match_arg_min_max(view: FunctionView, var, cast) -> Match | None:
+    """ARG_MAX / ARG_MIN of an int8 tensor imported as ``astype(argmax(x), int32)`` (TVM's indexes are int64)."""
+    c = view.call(cast.args[0], "argmax", "argmin")
+    if c is None or view.dtype(c.args[0]) not in INT_TYPES or c.attrs.axis is None or bool(c.attrs.keepdims) or \
+            view.dtype(var) not in ("int32", "int64") or view.users[cast.args[0]] != 1:
+        return None
+    rank = len(view.shape(c.args[0]))
+    return Match("ARG_MIN" if op_name(c) == "relax.argmin" else "ARG_MAX", var, [c.args[0]], [None], None,
+                 attrs={"axis": int(c.attrs.axis) % rank})
