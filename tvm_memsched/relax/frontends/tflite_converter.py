@@ -53,12 +53,14 @@ __all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS"]
 MOVE_OPS = frozenset({"PAD", "PADV2", "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "SQUEEZE", "EXPAND_DIMS",
                       "TRANSPOSE", "GATHER", "PACK", "UNPACK", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
                       "RESIZE_NEAREST_NEIGHBOR", "TILE", "BROADCAST_TO", "BATCH_TO_SPACE_ND",
-                      "SPACE_TO_BATCH_ND"})
+                      "SPACE_TO_BATCH_ND", "MIRROR_PAD", "REVERSE_V2", "GATHER_ND", "FILL"})
 
 #: resource-variable operators: int8 values pass through them unchanged
 RESOURCE_OPS = frozenset({"READ_VARIABLE", "ASSIGN_VARIABLE", "VAR_HANDLE", "CALL_ONCE"})
 
 _ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
+#: TFLite ``TensorType`` codes
+_TFL_INT32, _TFL_INT64, _TFL_INT16 = 2, 4, 7
 #: float bounds of TFLite's fused activations
 _FLOAT_RANGES = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 
@@ -77,6 +79,8 @@ class OperatorConverter(_TVMConverter):
         self.convert_map["PRELU"] = self.convert_prelu
         for name in HYBRID_OPS:
             self.convert_map[name] = self._or_hybrid(name, self.convert_map[name])
+        for name in ("CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"):
+            self.convert_map[name] = self._checked_accumulator(name, self.convert_map[name])
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
@@ -86,11 +90,15 @@ class OperatorConverter(_TVMConverter):
 
     def get_tensors(self, tensors_idx_list):
         """TVM's tensor wrappers, with buffers stored after the flatbuffer read from the file bytes."""
+        if isinstance(tensors_idx_list, (int, np.integer)):
+            tensors_idx_list = []         # flatbuffers reads an absent vector (no inputs: VAR_HANDLE) as 0
         out = super().get_tensors(tensors_idx_list)
         for tw in out:
             b = tw.buffer
             if b and not b.DataLength() and b.Offset() > 1:
                 tw.buffer = _OffsetBuffer(self.model._tab.Bytes, int(b.Offset()), int(b.Size()))
+            elif b and not b.DataLength() and tw.tensor.ShapeLength() and 0 in list(tw.tensor.ShapeAsNumpy()):
+                tw.buffer = _OffsetBuffer(b"", 0, 0)          # a constant of no elements (RESHAPE to a scalar)
         return out
 
     # ------------------------------------------------------------ resource variables
@@ -299,7 +307,8 @@ class OperatorConverter(_TVMConverter):
             outs = self.get_output_tensors(op)
             if ret is None or len(outs) != 1 or isinstance(ret, relax.Tuple):
                 return ret
-            declared = [int(d) for d in self.get_tensor_shape(outs[0])]
+            t = outs[0].tensor
+            declared = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []     # no shape: a scalar
             signature = outs[0].tensor.ShapeSignatureAsNumpy() if outs[0].tensor.ShapeSignatureLength() else None
             if any(d < 0 for d in declared) or (signature is not None and any(int(d) < 0 for d in signature)):
                 return ret
@@ -325,12 +334,67 @@ class OperatorConverter(_TVMConverter):
                                                                  dtype)
         if kind == "none":
             return expr
-        qmin, qmax = (-128, 127) if dtype == "int8" else (0, 255) if dtype == "uint8" else (None, None)
+        qmin, qmax = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}.get(dtype, (None, None))
         if qmin is None:
             return super().convert_qnn_fused_activation_function(expr, fused_activation_fn, scale, zero_point,
                                                                  dtype)
         lo, hi = act_range(kind, scale, int(zero_point), qmin, qmax)
         return relax.op.clip(expr, min=float(lo), max=float(hi))
+
+    def dequantize(self, expr, tensor):
+        """TVM's dequantize, and for an int64 tensor (the bias of a 16x8 CONV_2D, DEPTHWISE_CONV_2D,
+        FULLY_CONNECTED or TRANSPOSE_CONV, which Relax's ``dequantize`` refuses) ``float(bias) * scale``:
+        :mod:`..int8.patterns` reads the int64 values back from that form."""
+        if tensor.tensor.Type() != _TFL_INT64:
+            return super().dequantize(expr, tensor)
+        zp = tensor.qnn_params["zero_point"]
+        if isinstance(zp, tvm.ir.Constant) and np.any(zp.value.numpy() != 0):
+            raise tvm.error.OpNotImplemented(f"int64 tensor '{_name(tensor)}' with a nonzero zero point")
+        return relax.op.multiply(relax.op.astype(expr, "float32"), tensor.qnn_params["scale"])
+
+    def _checked_accumulator(self, name: str, convert):
+        def checked(op):
+            self._refuse_int32_accumulator(op, name)
+            return convert(op=op)
+
+        return checked
+
+    def _refuse_int32_accumulator(self, op, name: str):
+        """A 16x8 operator without bias that asks for TFLite's int32 accumulator (``quantized_bias_type``
+        int32): refused by name (the lowering tells the accumulator by the bias type; int64 when absent)."""
+        from tflite.Conv2DOptions import Conv2DOptions
+        from tflite.FullyConnectedOptions import FullyConnectedOptions
+        from tflite.TransposeConvOptions import TransposeConvOptions
+
+        tensors = self.get_input_tensors(op)
+        x = tensors[2] if name == "TRANSPOSE_CONV" else tensors[0]
+        bias_at = 3 if name == "TRANSPOSE_CONV" else 2
+        has_bias = len(tensors) > bias_at and tensors[bias_at].tensor_idx >= 0
+        if has_bias or x.tensor.Type() != _TFL_INT16:
+            return
+        cls = {"CONV_2D": Conv2DOptions, "FULLY_CONNECTED": FullyConnectedOptions,
+               "TRANSPOSE_CONV": TransposeConvOptions}.get(name)
+        if cls is None or op.BuiltinOptions() is None:
+            return
+        opts = cls()
+        opts.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+        if hasattr(opts, "QuantizedBiasType") and opts.QuantizedBiasType() == _TFL_INT32:
+            raise tvm.error.OpNotImplemented(f"16x8 {name} without bias and with quantized_bias_type int32 "
+                                             f"(output '{_name(self.get_output_tensors(op)[0])}'): only the "
+                                             "int64 accumulator of bias-less 16x8 operators is supported")
+
+    def convert_gather_nd(self, op):
+        """GATHER_ND, also on quantized data (TVM refuses it; gathering moves values, TFLite requires the
+        input's and output's quantization equal: checked by :data:`MOVE_OPS`), with TFLite's index order
+        (Relax's ``gather_nd`` reads the last axis of ``indices`` as TFLite does; TVM's converter permutes
+        it first)."""
+        from tflite.TensorType import TensorType
+
+        data_t, indices_t = self.get_input_tensors(op)
+        data, indices = self.get_tensor_expr(data_t), self.get_tensor_expr(indices_t)
+        if indices_t.tensor.Type() == TensorType.INT32:
+            indices = relax.op.astype(indices, "int64")
+        return relax.op.gather_nd(data, indices)
 
     def convert_fully_connected(self, op):
         """FULLY_CONNECTED with TFLite's input flattening: without ``keep_num_dims`` the input is read as

@@ -28,7 +28,7 @@ __all__ = ["wrap32", "wrap16", "tflite_round", "quantize_multiplier", "srdhm", "
            "rounding_divide_by_pot", "multiply_by_quantized_multiplier", "mbqm_array", "quantize_float",
            "calculate_input_radius", "FixedPoint", "exp_on_negative_values", "logistic_q0", "tanh_q0",
            "one_over_one_plus_x_for_x_in_0_1", "rounding_half_sum", "count_leading_zeros",
-           "INT32_MIN", "INT32_MAX"]
+           "INT32_MIN", "INT32_MAX", "reduced_multiplier", "multiply_by_quantized_multiplier_64"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -129,6 +129,26 @@ def mbqm_array(x, multiplier, shift) -> np.ndarray:
     rem = hi & mask
     thr = (mask >> 1) + (hi < 0)
     return (hi >> right) + (rem > thr)
+
+
+def reduced_multiplier(multiplier: int) -> int:
+    """The Q15 multiplier of TFLite's int64 ``MultiplyByQuantizedMultiplier`` (rounded from the Q31 one).
+
+    >>> reduced_multiplier(1 << 30), reduced_multiplier((1 << 31) - 1)
+    (16384, 32767)
+    """
+    return (int(multiplier) + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+
+
+def multiply_by_quantized_multiplier_64(x: int, multiplier: int, shift: int) -> int:
+    """``tflite::MultiplyByQuantizedMultiplier(int64 x, ...)`` (the 16x8 kernels' int64 accumulators): one
+    rounding, half up, with the reduced multiplier; the result as a C ``int32_t``.
+
+    >>> multiply_by_quantized_multiplier_64(1000, *quantize_multiplier(0.3))
+    300
+    """
+    total_shift = 15 - int(shift)
+    return wrap32((int(x) * reduced_multiplier(multiplier) + (1 << (total_shift - 1))) >> total_shift)
 
 
 def quantize_float(f: float, scale, zero_point: int) -> int:

@@ -32,6 +32,7 @@ from tvm import relax
 from ..ir import KernelEmitter, op_name, replace_bindings
 from . import kernels as K
 from . import params as P
+from .lower16 import emit_int16, uses_int16
 from .patterns import FunctionView, Match, match_binding
 
 __all__ = ["IntegerLowering", "LoweringReport", "lower_int8", "has_qdq"]
@@ -63,12 +64,13 @@ class LoweringReport:
 
 
 def has_qdq(mod) -> bool:
-    """True if a Relax function of ``mod`` has int8/uint8 tensors (TFLite-style quantized structure)."""
+    """True if a Relax function of ``mod`` has int8/uint8/int16 tensors (TFLite-style quantized structure)."""
     found = []
 
     def visit(e):
         ty = getattr(e, "ty", None)
-        if isinstance(e, relax.Var) and isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8"):
+        if isinstance(e, relax.Var) and isinstance(ty, relax.TensorType) and str(ty.dtype) in ("int8", "uint8",
+                                                                                                "int16"):
             found.append(e)
 
     for _, f in mod.functions_items():
@@ -101,6 +103,8 @@ def _shape(e):
 
 def _emit(em: _Emitter, m: Match):
     """The ``call_tir`` replacing match ``m``, or None if its parameters are outside what TFLite supports."""
+    if uses_int16(m):
+        return emit_int16(em, m)              # the 16x8 kernels (:mod:`.lower16`)
     op, out = m.op, m.var
     oshape = _shape(out)
     qx = m.qin[0] if m.qin else None
@@ -228,7 +232,7 @@ def _lower_function(func: relax.Function, em: _Emitter, report: LoweringReport) 
     view = FunctionView(func)
     replaced: dict = {}
     clipped = {view.value[v].args[0] for v in view.order
-               if view.call(v, "clip") is not None and view.dtype(v) in ("int8", "uint8")}
+               if view.call(v, "clip") is not None and view.dtype(v) in ("int8", "uint8", "int16")}
     for var in view.order:
         if var in clipped and view.users[var] == 1:
             continue                      # matched at its clip, with the activation range
