@@ -265,14 +265,18 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
         lite = "does not run the file" if lt.get("error") else \
             "bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"
         calls = f" over {chk['invocations']} invocations" if chk["invocations"] > 1 else ""
-        if tflm:
+        if tflm and chk["tflm"].get("error"):
+            print(f"TFLite Micro does not run the file ({chk['tflm']['error'][:200]}); vs LiteRT reference "
+                  f"kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
+        elif tflm:
             t = chk["tflm"]
             print(f"vs TFLite Micro{calls}: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
                   f" ({'ok' if chk['ok'] else 'MISMATCH'}); vs LiteRT reference kernels: {lite}")
         else:
             print(f"vs LiteRT reference kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
         if not chk["ok"]:
-            print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if tflm else 'LiteRT'}'s",
+            print(f"tvm-memsched: error: outputs differ from "
+                  f"{'TFLite Micro' if tflm and not chk['tflm'].get('error') else 'LiteRT'}'s",
                   file=sys.stderr)
             code = 1
     if dflt is not None:

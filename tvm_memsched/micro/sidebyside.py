@@ -137,7 +137,13 @@ def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, ato
         d2, same2 = _diff(ours, lite)
         out["litert_ref"] = {"max_abs_diff": d2, "identical": same2}
     if tflm:
-        ref = [np.asarray(o) for r in tflm_run_sequence(bytes(buf), feeds) for o in r]
+        try:
+            ref = [np.asarray(o) for r in tflm_run_sequence(bytes(buf), feeds) for o in r]
+        except MemschedError as e:      # allocated, but a kernel refuses to run (FILL of int16): LiteRT decides
+            if lite is None:
+                raise
+            ref, out["tflm"] = None, {"error": str(e), "max_abs_diff": None, "identical": None, "ok": None}
+    if tflm and ref is not None:
         d, same = _diff(ours, ref)
         ok = _agree(ours, ref, rtol, atol)
         out["tflm"] = {"max_abs_diff": d, "identical": same, "ok": bool(ok)}

@@ -80,7 +80,7 @@ class OperatorConverter(_TVMConverter):
         for name in HYBRID_OPS:
             self.convert_map[name] = self._or_hybrid(name, self.convert_map[name])
         for name in ("CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"):
-            self.convert_map[name] = self._checked_accumulator(name, self.convert_map[name])
+            self.convert_map[name] = self._checked_16x8(name, self.convert_map[name])
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
@@ -352,10 +352,22 @@ class OperatorConverter(_TVMConverter):
             raise tvm.error.OpNotImplemented(f"int64 tensor '{_name(tensor)}' with a nonzero zero point")
         return relax.op.multiply(relax.op.astype(expr, "float32"), tensor.qnn_params["scale"])
 
-    def _checked_accumulator(self, name: str, convert):
+    def _checked_16x8(self, name: str, convert):
+        """``convert`` refusing what :meth:`_refuse_int32_accumulator` refuses; a 16x8 TRANSPOSE_CONV's int16
+        bias (which TVM refuses) read as the int64 TFLite Micro widens it to."""
         def checked(op):
             self._refuse_int32_accumulator(op, name)
-            return convert(op=op)
+            tensors = self.get_input_tensors(op)
+            if name != "TRANSPOSE_CONV" or len(tensors) < 4 or tensors[3].tensor_idx < 0 or \
+                    tensors[3].tensor.Type() != _TFL_INT16 or tensors[2].tensor.Type() != _TFL_INT16:
+                return convert(op=op)
+            tensors[3] = _as_int64(tensors[3], self.get_tensor_value(tensors[3]))
+            original = self.get_input_tensors
+            self.get_input_tensors = lambda o: tensors if o is op else original(o)
+            try:
+                return convert(op=op)
+            finally:
+                del self.get_input_tensors
 
         return checked
 
@@ -463,6 +475,28 @@ def _check_hybrid_weights(name: str, w_t, w, scale, quant, bias, channels: int, 
     if bias is not None and bias.size != channels:
         raise tvm.error.OpNotImplemented(f"hybrid {name}: bias of {bias.size} values for {channels} output "
                                          "channels")
+
+
+def _as_int64(tw, values):
+    """TVM's tensor wrapper ``tw`` of an integer constant, as an int64 tensor holding ``values``."""
+    from tvm.relax.frontend.tflite.tflite_frontend import TensorWrapper
+
+    data = np.ascontiguousarray(values, "<i8").tobytes()
+    return TensorWrapper(tw.tensor_idx, _TypedAs(tw.tensor, _TFL_INT64), _OffsetBuffer(data, 0, len(data)),
+                         tw.qnn_params)
+
+
+class _TypedAs:
+    """A flatbuffer ``Tensor`` whose ``Type()`` reads ``code`` (everything else as the tensor has it)."""
+
+    def __init__(self, tensor, code: int):
+        self._tensor, self._code = tensor, code
+
+    def Type(self):  # noqa: N802 - the flatbuffers accessor name
+        return self._code
+
+    def __getattr__(self, name):
+        return getattr(self._tensor, name)
 
 
 class _OffsetBuffer:

@@ -224,7 +224,7 @@ def _quantize(em, m: Match):
 def _relu(em, m: Match):
     if not _all_int16(m) or m.qin[0].zp or m.qout.zp:
         return None
-    mult, shift = quantize_multiplier(P.f32(np.float32(m.qin[0].s) / np.float32(m.qout.s)))
+    mult, shift = quantize_multiplier(P.f32(m.qin[0].s) / P.f32(m.qout.s))
     return _rescaled(em, m, "relu_int16", mult, shift, lo=P.act_range("relu", m.qout.s, 0, -32768, 32767)[0])
 
 
@@ -242,8 +242,8 @@ def _leaky_relu(em, m: Match):
     if not _all_int16(m):
         return None
     qx, qo = m.qin[0], m.qout
-    ma, sa = quantize_multiplier(float(np.float32(qx.s) * np.float32(m.attrs["alpha"]) / np.float32(qo.s)))
-    mi, si = quantize_multiplier(float(np.float32(qx.s) / np.float32(qo.s)))
+    ma, sa = quantize_multiplier(P.f32(qx.s) * P.f32(m.attrs["alpha"]) / P.f32(qo.s))
+    mi, si = quantize_multiplier(P.f32(qx.s) / P.f32(qo.s))
     return _rescaled(em, m, "leaky_relu_int16", mi, si, neg_mult=abs(ma), neg_shift=sa, negate_neg=ma < 0)
 
 

@@ -63,7 +63,8 @@ SIGMOID_TABLE_UINT16 = np.array([
     65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
     65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
     65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
-    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535], np.uint16)
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535],
+    np.uint16)
 
 _F = np.float32
 
@@ -209,12 +210,12 @@ def abs16_params(input_scale, output_scale) -> tuple[int, int] | None:
     """ABS (TFLite Micro's ``SetAbsOutputMultiplier``): the multiplier, or None when the scales are equal."""
     if _F(input_scale) == _F(output_scale):
         return None
-    return quantize_multiplier(float(_F(input_scale) / _F(output_scale)))
+    return quantize_multiplier(f32(input_scale) / f32(output_scale))
 
 
 def rsqrt16_params(input_scale, output_scale) -> tuple[int, int]:
-    """RSQRT (TFLite Micro's ``SetRsqrtOutputMultiplier``): ``1 / (sqrtf(s_in) * s_out)``."""
-    return quantize_multiplier(1.0 / float(_F(np.sqrt(_F(input_scale))) * _F(output_scale)))
+    """RSQRT (TFLite Micro's ``SetRsqrtOutputMultiplier``): ``1 / (sqrt(s_in) * s_out)`` in double."""
+    return quantize_multiplier(1.0 / (math.sqrt(f32(input_scale)) * f32(output_scale)))
 
 
 def inv_sqrt_multiplier_exp(value: int, reverse_shift: int = -1) -> tuple[int, int]:
