@@ -29,7 +29,11 @@
   FULLY_CONNECTED** (float input, int8 weights), which TVM refuses: the input
   quantized on the fly as LiteRT does it (:mod:`.tflite_hybrid`);
 * **constant buffers stored after the flatbuffer** (``Buffer.offset`` /
-  ``Buffer.size``, written by recent converters): read from the file bytes.
+  ``Buffer.size``, written by recent converters): read from the file bytes;
+* **16x8 models** (int16 activations): the int64 bias of CONV_2D,
+  DEPTHWISE_CONV_2D, FULLY_CONNECTED and TRANSPOSE_CONV (Relax's ``dequantize``
+  takes no int64) as ``float(bias) * scale``, which the integer lowering reads
+  back; a TRANSPOSE_CONV's int16 bias widened to int64 as TFLite Micro does.
 
 Example
 -------

@@ -9,6 +9,11 @@ through index arithmetic (never copied); reductions are computed per output
 element into a one-element local accumulator (``compute_at`` under the
 output's innermost loop), so a kernel needs no workspace.
 
+The builders take the activation dtype (int8, or int16 for TFLite's 16x8
+kernels, whose convolutions and fully connected layers accumulate in int64:
+``acc_dtype``, ``Requant.wide``); the int16-only operators are in
+:mod:`.kernels16`.
+
 Quantization parameters that are the same for the whole tensor are baked into
 the kernel as immediates; per-channel multipliers and shifts are int32 input
 buffers. The PrimFuncs carry ``op_pattern`` = opaque so that TVM's FuseOps

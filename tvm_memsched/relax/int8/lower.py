@@ -11,7 +11,8 @@ are 256-entry tables computed by TFLite's own algorithm (:mod:`.params`).
 
 Whatever is not recognised keeps its float form and is listed in the report
 as a *float island*, by operator and variable name; nothing falls back
-silently.
+silently. Operators with an int16 tensor (16x8 models) get the kernels of
+:mod:`.lower16` instead (int64 accumulators, per-element int16 arithmetic).
 
 Example
 -------

@@ -1,4 +1,4 @@
-"""Recognise TFLite's int8 operators in a quantize/dequantize (QDQ) Relax function.
+"""Recognise TFLite's int8 (and 16x8: int16 activation) operators in a quantize/dequantize (QDQ) Relax function.
 
 TVM's TFLite frontend (and our extension of it, :mod:`..frontend`) imports a
 quantized operator as ``dequantize`` of its int8 inputs, the float operator,
@@ -8,7 +8,9 @@ reads such a group backwards from its last binding and returns a
 :class:`Match`: which TFLite operator it is, its int8 inputs, the
 quantization parameters of every tensor (constants of the function), its
 constant operands and attributes. Anything it does not recognise stays float
-(a *float island*, reported by the lowering pass).
+(a *float island*, reported by the lowering pass). Activations may be int8 or
+int16 (:data:`INT_TYPES`); the operators only 16x8 models have kernels for are
+recognised by :mod:`.patterns16`.
 
 Example
 -------
@@ -26,6 +28,7 @@ import tvm
 from tvm import relax
 
 from ..ir import op_name, static_shape
+from .patterns16 import match_int16
 
 __all__ = ["QParams", "Match", "FunctionView", "match_binding", "INT_TYPES"]
 
@@ -306,11 +309,10 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
     if unary is not None:
         return unary
     if out_dtype == "int16":
-        from .patterns16 import match_int16
-
-        m = match_int16(view, var, body, qout, (qmin, qmax))
-        if m is not None:
-            return m
+        found = match_int16(view, body)
+        if found is not None:
+            op, inputs, qin, attrs = found
+            return Match(op, var, inputs, qin, qout, attrs=attrs, act=(qmin, qmax))
     inner, act = _float_activation(view, body)
     from .params import act_range
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 from tvm import relax
 
 from ..ir import op_name
-from .patterns import FunctionView, Match
 
 __all__ = ["match_int16", "UNARY", "REDUCTIONS"]
 
@@ -31,22 +30,22 @@ REDUCTIONS = {"relax.sum": "SUM", "relax.max": "REDUCE_MAX", "relax.min": "REDUC
 _RESIZE_MODES = {"asymmetric": (False, False), "align_corners": (True, False), "half_pixel": (False, True)}
 
 
-def match_int16(view: FunctionView, var, body, qout, rng) -> Match | None:
-    """The int16 operator ``quantize(body)`` (bound to ``var``, output quantization ``qout``, int range
-    ``rng``) computes, or None."""
+def match_int16(view, body):
+    """``(TFLite operator, int16 inputs, their QParams, attributes)`` of the operator whose float result
+    ``body`` is (``view``: the function's :class:`~.patterns.FunctionView`), or None."""
     c = body if not isinstance(body, relax.Var) else view.value.get(body)
     if not isinstance(c, relax.Call):
         return None
     name = op_name(c)
     if name in UNARY:
         d = view.dequantized(c.args[0])
-        return None if d is None else Match(UNARY[name], var, [d[0]], [d[1]], qout, act=rng)
+        return None if d is None else (UNARY[name], [d[0]], [d[1]], {})
     if name in ("relax.maximum", "relax.minimum"):
         da, db = view.dequantized(c.args[0]), view.dequantized(c.args[1])
         if da is None or db is None:
             return None
         op = "MAXIMUM" if name == "relax.maximum" else "MINIMUM"
-        return Match(op, var, [da[0], db[0]], [da[1], db[1]], qout, act=rng)
+        return op, [da[0], db[0]], [da[1], db[1]], {}
     if name == "relax.multiply" and c.args[0].same_as(c.args[1]):
         sub = view.call(c.args[0], "subtract")
         if sub is None:
@@ -54,21 +53,19 @@ def match_int16(view: FunctionView, var, body, qout, rng) -> Match | None:
         da, db = view.dequantized(sub.args[0]), view.dequantized(sub.args[1])
         if da is None or db is None:
             return None
-        return Match("SQUARED_DIFFERENCE", var, [da[0], db[0]], [da[1], db[1]], qout, act=rng)
+        return "SQUARED_DIFFERENCE", [da[0], db[0]], [da[1], db[1]], {}
     if name in REDUCTIONS:
         d = view.dequantized(c.args[0])
         shape = view.shape(d[0]) if d is not None else None
         if shape is None:
             return None
         axes = [int(a) % len(shape) for a in c.attrs.axis] if c.attrs.axis is not None else list(range(len(shape)))
-        return Match(REDUCTIONS[name], var, [d[0]], [d[1]], qout,
-                     attrs={"axes": sorted(set(axes)), "keepdims": bool(c.attrs.keepdims)}, act=rng)
+        return REDUCTIONS[name], [d[0]], [d[1]], {"axes": sorted(set(axes)), "keepdims": bool(c.attrs.keepdims)}
     if name == "relax.image.resize2d":
         a = c.attrs
         d = view.dequantized(c.args[0])
         mode = _RESIZE_MODES.get(str(a.coordinate_transformation_mode))
         if d is None or mode is None or str(a.method) != "linear" or str(a.layout) != "NHWC":
             return None
-        return Match("RESIZE_BILINEAR", var, [d[0]], [d[1]], qout,
-                     attrs={"align_corners": mode[0], "half_pixel_centers": mode[1]}, act=rng)
+        return "RESIZE_BILINEAR", [d[0]], [d[1]], {"align_corners": mode[0], "half_pixel_centers": mode[1]}
     return None
