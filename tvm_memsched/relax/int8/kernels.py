@@ -561,14 +561,17 @@ def mean(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mult: int,
 
 
 def quantize(shape, *, scale_f32: float, zero_point: int, out_dtype: str = "int8",
-             name: str = "quantize_int8") -> tvm.tirx.PrimFunc:
-    """float32 -> int8 QUANTIZE: ``clamp(round_half_away(x / scale) + zp)`` in float32 (TFLite ``AffineQuantize``)."""
+             name: str = "quantize_int8", scale_arg: bool = False) -> tvm.tirx.PrimFunc:
+    """float32 -> int8 QUANTIZE: ``clamp(round_half_away(x / scale) + zp)`` in float32 (TFLite ``AffineQuantize``).
+
+    ``scale_arg``: the scale is a one-element float32 argument after ``x`` instead of an immediate (TVM's C
+    code generator prints float immediates with 7 digits, not always the float's value)."""
     x = te.placeholder(shape, "float32", "x")
     lo, hi = {"int8": (-128, 127), "int16": (-32768, 32767)}.get(out_dtype, (0, 255))
-    scale = tirx.const(scale_f32, "float32")
+    scale_buf = te.placeholder((1,), "float32", "scale") if scale_arg else None
 
     def body(*i):
-        v = x[i] / scale
+        v = x[i] / (scale_buf[0] if scale_arg else tirx.const(scale_f32, "float32"))
         t = tirx.trunc(v)
         frac = v - t
         half = tirx.const(0.5, "float32")
@@ -578,7 +581,7 @@ def quantize(shape, *, scale_f32: float, zero_point: int, out_dtype: str = "int8
         return clamp(r.astype("int32") + _i8(zero_point), lo, hi).astype(out_dtype)
 
     y = te.compute(shape, body, name="y")
-    return finish([x, y], name)
+    return finish([x] + ([scale_buf] if scale_arg else []) + [y], name)
 
 
 def _saturating_shl(x, k: int):

@@ -344,11 +344,12 @@ def resize_bilinear16(x_shape, out_shape, *, align_corners: bool, half_pixel_cen
     return finish([x, y], name)
 
 
-def dequantize16(shape, *, scale_f32: float, zero_point: int, in_dtype: str = "int16",
-                 name: str = "dequantize_int16") -> tvm.tirx.PrimFunc:
-    """DEQUANTIZE: ``float(scale) * float(x - zp)``, the correctly rounded product TFLite computes in double
-    (the int16 difference and the float32 scale multiply exactly in double)."""
+def dequantize16(shape, *, zero_point: int, in_dtype: str = "int16", name: str = "dequantize_int16") \
+        -> tvm.tirx.PrimFunc:
+    """DEQUANTIZE: ``scale[0] * float(x - zp)``, the correctly rounded product TFLite computes in double (the
+    int16 difference and the float32 scale multiply exactly in double). The scale is a one-element argument:
+    TVM's C code generator prints float immediates with 7 digits."""
     x = te.placeholder(shape, in_dtype, "x")
-    y = te.compute(shape, lambda *i: tirx.const(scale_f32, "float32")
-                   * (cast_i32(x[i]) - _c(zero_point)).astype("float32"), name="y")
-    return finish([x, y], name)
+    scale = te.placeholder((1,), "float32", "scale")
+    y = te.compute(shape, lambda *i: scale[0] * (cast_i32(x[i]) - _c(zero_point)).astype("float32"), name="y")
+    return finish([x, scale, y], name)

@@ -348,14 +348,14 @@ def _quantize_float(em, m: Match):
     if _dtype(m.var) != "int16":
         return None
     f = K.quantize(_shape(m.inputs[0]), scale_f32=m.qout.s, zero_point=m.qout.zp, out_dtype="int16",
-                   name="quantize_int16")
-    return em.call(m, f, "quantize_int16", [m.inputs[0]])
+                   name="quantize_int16", scale_arg=True)
+    return em.call(m, f, "quantize_int16", [m.inputs[0], em.const(np.float32([m.qout.s]))])
 
 
 def _dequantize(em, m: Match):
     q = m.qin[0]
-    f = K16.dequantize16(_shape(m.inputs[0]), scale_f32=float(np.float32(q.s)), zero_point=q.zp)
-    return em.call(m, f, "dequantize_int16", [m.inputs[0]])
+    f = K16.dequantize16(_shape(m.inputs[0]), zero_point=q.zp)
+    return em.call(m, f, "dequantize_int16", [m.inputs[0], em.const(np.float32([q.s]))])
 
 
 def _concat(em, m: Match):
