@@ -228,6 +228,10 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
     run = run_host if args.host else run_qemu
     n = args.invocations or (STATEFUL_INVOCATIONS if exp.states else 1)
     sequence = default_sequence(exp, n, args.seed)
+    if tfl is not None:
+        from ..micro.sidebyside import tflite_inputs
+
+        sequence = tflite_inputs(tfl, sequence, args.seed)
     reference, name = None, "TVM"
     if original is not mod:           # rewritten: check against the original model's arithmetic
         if exp.int8:
