@@ -124,6 +124,18 @@ def unary(code, opt=None, out_scale=None, out_dtype=np.int16, out_shape=None, ex
     return spec
 
 
+def prelu(out_scale):
+    """Spec of PRELU with an int8 slope per channel (last axis), as TFLite Micro takes it for int16."""
+    def spec(mb, rng, name, x, sx):
+        shape = [int(d) for d in mb.tensors[x].shape]
+        alpha = mb.tensor(f"{name}_alpha", [1, 1, shape[-1]], np.int8, scale=0.01, zero_point=3,
+                          data=rng.integers(-128, 128, [1, 1, shape[-1]]).astype(np.int8))
+        y = q16(mb, f"{name}_y", shape, out_scale)
+        mb.op(B.PRELU, [x, alpha], [y])
+        return y
+    return spec
+
+
 def const_i32(values):
     return lambda mb, name: mb.tensor(f"{name}_c", [len(values)], np.int32, data=np.array(values, np.int32))
 
@@ -302,7 +314,8 @@ def test_pools_mean_sum():
 # ----------------------------------------------------------------- one-input operators on every int16 value
 def test_activations_on_every_int16_value():
     """LOGISTIC and TANH (power-of-two and other input scales), RELU, RELU6 (TFLite Micro's clamp without
-    requantization), LEAKY_RELU, ABS and QUANTIZE (int16 -> int16, int16 -> int8) on all 65,536 inputs."""
+    requantization), LEAKY_RELU, PRELU, ABS and QUANTIZE (int16 -> int16, int16 -> int8) on all 65,536
+    inputs."""
     rng = np.random.default_rng(3)
     t15 = 2.0 ** -15
     specs = [(list(ALL16.shape), 2.0 ** -12, unary(B.LOGISTIC, out_scale=t15)),
@@ -314,12 +327,13 @@ def test_activations_on_every_int16_value():
              (list(ALL16.shape), scale(rng), unary(B.LEAKY_RELU, (O.LeakyReluOptions,
                                                                   options(tfl.LeakyReluOptionsT, alpha=0.3)),
                                                    out_scale=scale(rng))),
+             (list(ALL16.shape), scale(rng), prelu(scale(rng))),
              (list(ALL16.shape), scale(rng), unary(B.ABS, out_scale=scale(rng))),
              (list(ALL16.shape), scale(rng), unary(B.QUANTIZE, out_scale=scale(rng))),
              (list(ALL16.shape), 1e-4, unary(B.QUANTIZE, out_scale=0.02, out_dtype=np.int8))]
     buf = side_by_side(rng, specs)
     check(buf, [ALL16] * len(specs), expect={"LOGISTIC": 2, "TANH": 2, "RELU": 1, "RELU6": 1, "LEAKY_RELU": 1,
-                                             "ABS": 1, "QUANTIZE": 2})
+                                             "PRELU": 1, "ABS": 1, "QUANTIZE": 2})
 
 
 def test_rsqrt_on_every_non_negative_int16_value():

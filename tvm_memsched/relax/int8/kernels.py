@@ -440,9 +440,10 @@ def binary_mul(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, out
 
 
 def prelu(x_shape, alpha_shape, *, in_offset: int, alpha_offset: int, mult1: int, shift1: int, mult2: int,
-          shift2: int, out_offset: int, name: str = "prelu_int8") -> tvm.tirx.PrimFunc:
-    """int8 PRELU (TFLite ``BroadcastPrelu4DSlow``): two multipliers, identity and alpha."""
-    x = te.placeholder(x_shape, "int8", "x")
+          shift2: int, out_offset: int, name: str = "prelu_int8", dtype: str = "int8") -> tvm.tirx.PrimFunc:
+    """int8 (or int16, ``dtype``; alpha int8) PRELU (TFLite ``BroadcastPrelu4DSlow``): two multipliers,
+    identity and alpha."""
+    x = te.placeholder(x_shape, dtype, "x")
     alpha = te.placeholder(alpha_shape, "int8", "alpha")
 
     chain = Chain(x_shape)
@@ -450,8 +451,9 @@ def prelu(x_shape, alpha_shape, *, in_offset: int, alpha_offset: int, mult1: int
     al = chain(lambda *i: cast_i32(alpha[_broadcast_index(alpha_shape, x_shape, i)]) + _i8(alpha_offset))
     pos = chain.requant(v, mult1, shift1)
     neg = chain.requant(chain(lambda *i: v[i] * al[i]), mult2, shift2)
+    lo, hi = (int(tvm.tirx.min_value(dtype).value), int(tvm.tirx.max_value(dtype).value))
     y = te.compute(x_shape, lambda *i: clamp(tirx.Select(v[i] >= _i8(0), pos[i], neg[i]) + _i8(out_offset),
-                                             -128, 127).astype("int8"), name="y")
+                                             lo, hi).astype(dtype), name="y")
     return finish([x, alpha, y], name, reduce_into="y")
 
 

@@ -47,7 +47,7 @@ INT16_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANS
                        "MEAN", "SUM", "AVERAGE_POOL_2D", "MAX_POOL_2D", "RELU", "RELU6", "LEAKY_RELU", "LOGISTIC",
                        "TANH", "SOFTMAX", "QUANTIZE", "QUANTIZE_FLOAT", "DEQUANTIZE", "ABS", "EXP", "LOG", "RSQRT",
                        "SQUARED_DIFFERENCE", "MAXIMUM", "MINIMUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD",
-                       "RESIZE_BILINEAR", "CONCATENATION"})
+                       "RESIZE_BILINEAR", "CONCATENATION", "PRELU"})
 
 
 def _dtype(e) -> str:
@@ -358,6 +358,18 @@ def _dequantize(em, m: Match):
     return em.call(m, f, "dequantize_int16", [m.inputs[0], em.const(np.float32([q.s]))])
 
 
+def _prelu(em, m: Match):
+    """PRELU int16 with an int8 slope (TFLite Micro's ``BroadcastPrelu4DSlow``, multipliers in double)."""
+    qx, qa = m.qin[0], m.consts["alpha_q"]
+    alpha = m.consts["alpha"]
+    if not _all_int16(m) or alpha.dtype != np.int8:
+        return None
+    m1, s1, m2, s2 = P.prelu_params(qx.s, qa.s, m.qout.s)
+    f = K.prelu(_shape(m.inputs[0]), alpha.shape, in_offset=-qx.zp, alpha_offset=-qa.zp, mult1=m1, shift1=s1,
+                mult2=m2, shift2=s2, out_offset=m.qout.zp, name="prelu_int16", dtype="int16")
+    return em.call(m, f, "prelu_int16", [m.inputs[0], em.const(alpha)])
+
+
 def _concat(em, m: Match):
     if not _all_int16(m) or not _same_quantization(m):
         return None
@@ -376,4 +388,4 @@ _EMITTERS = {"CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "TRANSPOSE_CONV": _tr
              "ABS": _abs, "EXP": _table_op, "LOG": _table_op, "RSQRT": _rsqrt,
              "SQUARED_DIFFERENCE": _squared_difference, "MAXIMUM": _minmax, "MINIMUM": _minmax,
              "REDUCE_MAX": _reduce, "REDUCE_MIN": _reduce, "REDUCE_PROD": _reduce, "RESIZE_BILINEAR": _resize,
-             "CONCATENATION": _concat}
+             "CONCATENATION": _concat, "PRELU": _prelu}
