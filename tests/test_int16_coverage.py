@@ -407,9 +407,11 @@ def test_lut_and_sigmoid_tables_match_tflite_prepare():
 
 
 # ----------------------------------------------------------------- the converter's files
-COVERAGE = ["conv_2d", "depthwise_conv_2d", "fully_connected", "transpose_conv", "variable",
-            "concatenation", "maximum", "pack", "quantize_dequantize", "embedding_lookup", "mirror_pad",
-            "reverse_v2", "gather_nd", "fill", "softmax", "logistic"]
+#: converter-made files whose structure the builders above do not write (the int64 bias as the converter stores
+#: it, QUANTIZE before CONCATENATION / PACK / MAXIMUM, a resource variable, float model inputs and outputs,
+#: quantized data movement)
+COVERAGE = ["conv_2d", "transpose_conv", "variable", "concatenation", "maximum", "pack", "quantize_dequantize",
+            "embedding_lookup", "mirror_pad", "reverse_v2", "gather_nd", "fill"]
 
 
 @pytest.mark.parametrize("case", COVERAGE + [pytest.param("gru", marks=pytest.mark.slow)])
