@@ -229,6 +229,10 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
     run = run_host if args.host else run_qemu
     n = args.invocations or (STATEFUL_INVOCATIONS if exp.states else 1)
     sequence = default_sequence(exp, n, args.seed)
+    if tfl is not None:
+        from ..micro.sidebyside import tflite_inputs
+
+        sequence = tflite_inputs(tfl, sequence, args.seed)
     reference, name = None, "TVM"
     if original is not mod:           # rewritten: check against the original model's arithmetic
         if exp.int8:
@@ -270,17 +274,18 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
         lite = "does not run the file" if lt.get("error") else \
             "bit-identical" if lt["identical"] else f"max abs diff {lt['max_abs_diff']:.3g}"
         calls = f" over {chk['invocations']} invocations" if chk["invocations"] > 1 else ""
-        failed = (chk.get("tflm") or {}).get("error")
-        if failed:
-            print(f"TFLite Micro fails to invoke the file ({failed}): comparing with LiteRT (reference kernels) only")
-        if tflm and not failed:
+        if tflm and chk["tflm"].get("error"):
+            print(f"TFLite Micro does not run the file ({chk['tflm']['error'][:200]}); vs LiteRT reference "
+                  f"kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
+        elif tflm:
             t = chk["tflm"]
             print(f"vs TFLite Micro{calls}: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
                   f" ({'ok' if chk['ok'] else 'MISMATCH'}); vs LiteRT reference kernels: {lite}")
         else:
             print(f"vs LiteRT reference kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
         if not chk["ok"]:
-            print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if tflm and not failed else 'LiteRT'}'s",
+            print(f"tvm-memsched: error: outputs differ from "
+                  f"{'TFLite Micro' if tflm and not chk['tflm'].get('error') else 'LiteRT'}'s",
                   file=sys.stderr)
             code = 1
     if dflt is not None:

@@ -135,6 +135,8 @@ class NnKernel:
 def _supported(desc: dict) -> str | None:
     """The library function for a kernel description, or None."""
     op = desc.get("op")
+    if "int16" in desc.get("dtypes", ()):
+        return None                      # the library's integer kernels are int8 (16x8 kernels stay TVM's C)
     if op in ("conv2d_f32", "depthwise_conv2d_f32"):
         return op if len(desc["x"]) == 4 else None
     if op in ("dense_f32", "hybrid_dense"):

@@ -31,7 +31,11 @@
 * **BATCH_MATMUL** in every kind (float32, int8, int16, dynamic-range, constant operands), which TVM
   refuses when quantized and fails on with a constant operand (:mod:`.tflite_batch_matmul`);
 * **constant buffers stored after the flatbuffer** (``Buffer.offset`` /
-  ``Buffer.size``, written by recent converters): read from the file bytes.
+  ``Buffer.size``, written by recent converters): read from the file bytes;
+* **16x8 models** (int16 activations): the int64 bias of CONV_2D,
+  DEPTHWISE_CONV_2D, FULLY_CONNECTED and TRANSPOSE_CONV (Relax's ``dequantize``
+  takes no int64) as ``float(bias) * scale``, which the integer lowering reads
+  back; a TRANSPOSE_CONV's int16 bias widened to int64 as TFLite Micro does.
 
 Example
 -------
@@ -73,6 +77,8 @@ VALUE_OPS = {"MAXIMUM": (0, 1), "MINIMUM": (0, 1), "REDUCE_MAX": (0,), "REDUCE_M
 _REQUANTIZING = frozenset({"MAXIMUM", "MINIMUM", "REDUCE_MAX", "REDUCE_MIN"})
 
 _ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
+#: TFLite ``TensorType`` codes
+_TFL_INT32, _TFL_INT64, _TFL_INT16 = 2, 4, 7
 #: float bounds of TFLite's fused activations
 _FLOAT_RANGES = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 
@@ -99,6 +105,8 @@ class OperatorConverter(_TVMConverter):
         self.convert_map["CUMSUM"] = self.convert_cumsum
         for name in HYBRID_OPS:
             self.convert_map[name] = self._or_hybrid(name, self.convert_map[name])
+        for name in ("CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"):
+            self.convert_map[name] = self._checked_16x8(name, self.convert_map[name])
         self.convert_map["READ_VARIABLE"] = self.convert_read_state
         self.convert_map["ASSIGN_VARIABLE"] = self.convert_assign_state
         self.convert_map["UNIDIRECTIONAL_SEQUENCE_LSTM"] = self.convert_sequence_lstm
@@ -139,11 +147,15 @@ class OperatorConverter(_TVMConverter):
 
     def get_tensors(self, tensors_idx_list):
         """TVM's tensor wrappers, with buffers stored after the flatbuffer read from the file bytes."""
+        if isinstance(tensors_idx_list, (int, np.integer)):
+            tensors_idx_list = []         # flatbuffers reads an absent vector (no inputs: VAR_HANDLE) as 0
         out = super().get_tensors(tensors_idx_list)
         for tw in out:
             b = tw.buffer
             if b and not b.DataLength() and b.Offset() > 1:
                 tw.buffer = _OffsetBuffer(self.model._tab.Bytes, int(b.Offset()), int(b.Size()))
+            elif b and not b.DataLength() and tw.tensor.ShapeLength() and 0 in list(tw.tensor.ShapeAsNumpy()):
+                tw.buffer = _OffsetBuffer(b"", 0, 0)          # a constant of no elements (RESHAPE to a scalar)
         return out
 
     # ------------------------------------------------------------ resource variables
@@ -541,12 +553,79 @@ class OperatorConverter(_TVMConverter):
                                                                  dtype)
         if kind == "none":
             return expr
-        qmin, qmax = (-128, 127) if dtype == "int8" else (0, 255) if dtype == "uint8" else (None, None)
+        qmin, qmax = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}.get(dtype, (None, None))
         if qmin is None:
             return super().convert_qnn_fused_activation_function(expr, fused_activation_fn, scale, zero_point,
                                                                  dtype)
         lo, hi = act_range(kind, scale, int(zero_point), qmin, qmax)
         return relax.op.clip(expr, min=float(lo), max=float(hi))
+
+    def dequantize(self, expr, tensor):
+        """TVM's dequantize, and for an int64 tensor (the bias of a 16x8 CONV_2D, DEPTHWISE_CONV_2D,
+        FULLY_CONNECTED or TRANSPOSE_CONV, which Relax's ``dequantize`` refuses) ``float(bias) * scale``:
+        :mod:`..int8.patterns` reads the int64 values back from that form."""
+        if tensor.tensor.Type() != _TFL_INT64:
+            return super().dequantize(expr, tensor)
+        zp = tensor.qnn_params["zero_point"]
+        if isinstance(zp, tvm.ir.Constant) and np.any(zp.value.numpy() != 0):
+            raise tvm.error.OpNotImplemented(f"int64 tensor '{_name(tensor)}' with a nonzero zero point")
+        return relax.op.multiply(relax.op.astype(expr, "float32"), tensor.qnn_params["scale"])
+
+    def _checked_16x8(self, name: str, convert):
+        """``convert`` refusing what :meth:`_refuse_int32_accumulator` refuses; a 16x8 TRANSPOSE_CONV's int16
+        bias (which TVM refuses) read as the int64 TFLite Micro widens it to."""
+        def checked(op):
+            self._refuse_int32_accumulator(op, name)
+            tensors = self.get_input_tensors(op)
+            if name != "TRANSPOSE_CONV" or len(tensors) < 4 or tensors[3].tensor_idx < 0 or \
+                    tensors[3].tensor.Type() != _TFL_INT16 or tensors[2].tensor.Type() != _TFL_INT16:
+                return convert(op=op)
+            tensors[3] = _as_int64(tensors[3], self.get_tensor_value(tensors[3]))
+            original = self.get_input_tensors
+            self.get_input_tensors = lambda o: tensors if o is op else original(o)
+            try:
+                return convert(op=op)
+            finally:
+                del self.get_input_tensors
+
+        return checked
+
+    def _refuse_int32_accumulator(self, op, name: str):
+        """A 16x8 operator without bias that asks for TFLite's int32 accumulator (``quantized_bias_type``
+        int32): refused by name (the lowering tells the accumulator by the bias type; int64 when absent)."""
+        from tflite.Conv2DOptions import Conv2DOptions
+        from tflite.FullyConnectedOptions import FullyConnectedOptions
+        from tflite.TransposeConvOptions import TransposeConvOptions
+
+        tensors = self.get_input_tensors(op)
+        x = tensors[2] if name == "TRANSPOSE_CONV" else tensors[0]
+        bias_at = 3 if name == "TRANSPOSE_CONV" else 2
+        has_bias = len(tensors) > bias_at and tensors[bias_at].tensor_idx >= 0
+        if has_bias or x.tensor.Type() != _TFL_INT16:
+            return
+        cls = {"CONV_2D": Conv2DOptions, "FULLY_CONNECTED": FullyConnectedOptions,
+               "TRANSPOSE_CONV": TransposeConvOptions}.get(name)
+        if cls is None or op.BuiltinOptions() is None:
+            return
+        opts = cls()
+        opts.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
+        if hasattr(opts, "QuantizedBiasType") and opts.QuantizedBiasType() == _TFL_INT32:
+            raise tvm.error.OpNotImplemented(f"16x8 {name} without bias and with quantized_bias_type int32 "
+                                             f"(output '{_name(self.get_output_tensors(op)[0])}'): only the "
+                                             "int64 accumulator of bias-less 16x8 operators is supported")
+
+    def convert_gather_nd(self, op):
+        """GATHER_ND, also on quantized data (TVM refuses it; gathering moves values, TFLite requires the
+        input's and output's quantization equal: checked by :data:`MOVE_OPS`), with TFLite's index order
+        (Relax's ``gather_nd`` reads the last axis of ``indices`` as TFLite does; TVM's converter permutes
+        it first)."""
+        from tflite.TensorType import TensorType
+
+        data_t, indices_t = self.get_input_tensors(op)
+        data, indices = self.get_tensor_expr(data_t), self.get_tensor_expr(indices_t)
+        if indices_t.tensor.Type() == TensorType.INT32:
+            indices = relax.op.astype(indices, "int64")
+        return relax.op.gather_nd(data, indices)
 
     def convert_fully_connected(self, op):
         """FULLY_CONNECTED with TFLite's input flattening: without ``keep_num_dims`` the input is read as
@@ -778,6 +857,28 @@ def _check_hybrid_weights(name: str, w_t, w, scale, quant, bias, channels: int, 
     if bias is not None and bias.size != channels:
         raise tvm.error.OpNotImplemented(f"hybrid {name}: bias of {bias.size} values for {channels} output "
                                          "channels")
+
+
+def _as_int64(tw, values):
+    """TVM's tensor wrapper ``tw`` of an integer constant, as an int64 tensor holding ``values``."""
+    from tvm.relax.frontend.tflite.tflite_frontend import TensorWrapper
+
+    data = np.ascontiguousarray(values, "<i8").tobytes()
+    return TensorWrapper(tw.tensor_idx, _TypedAs(tw.tensor, _TFL_INT64), _OffsetBuffer(data, 0, len(data)),
+                         tw.qnn_params)
+
+
+class _TypedAs:
+    """A flatbuffer ``Tensor`` whose ``Type()`` reads ``code`` (everything else as the tensor has it)."""
+
+    def __init__(self, tensor, code: int):
+        self._tensor, self._code = tensor, code
+
+    def Type(self):  # noqa: N802 - the flatbuffers accessor name
+        return self._code
+
+    def __getattr__(self, name):
+        return getattr(self._tensor, name)
 
 
 class _OffsetBuffer:

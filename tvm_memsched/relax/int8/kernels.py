@@ -9,6 +9,11 @@ through index arithmetic (never copied); reductions are computed per output
 element into a one-element local accumulator (``compute_at`` under the
 output's innermost loop), so a kernel needs no workspace.
 
+The builders take the activation dtype (int8, or int16 for TFLite's 16x8
+kernels, whose convolutions and fully connected layers accumulate in int64:
+``acc_dtype``, ``Requant.wide``); the int16-only operators are in
+:mod:`.kernels16`.
+
 Quantization parameters that are the same for the whole tensor are baked into
 the kernel as immediates; per-channel multipliers and shifts are int32 input
 buffers. The PrimFuncs carry ``op_pattern`` = opaque so that TVM's FuseOps
@@ -36,7 +41,8 @@ from .fixedpoint import reduced_multiplier
 from .tirmath import cast_i32, clamp, left_shift, mbqm64, rdbpot, right_shift_amount, srdhm
 
 __all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d", "transpose_conv2d",
-           "mean", "quantize", "prelu", "softmax", "batch_matmul", "schedule_reductions", "finish", "OPAQUE"]
+           "mean", "quantize", "prelu", "softmax", "batch_matmul", "schedule_reductions", "finish", "OPAQUE",
+           "broadcast_index"]
 
 #: TVM's ``OpPatternKind::kOpaque``
 OPAQUE = 8
@@ -55,6 +61,7 @@ class Requant:
     offset: int
     lo: int = -128
     hi: int = 127
+    wide: bool = False
 
     @property
     def per_channel(self) -> bool:
@@ -62,10 +69,13 @@ class Requant:
 
     def output(self, chain: "Chain", acc, table=None, row: int = 0, out_dtype: str = "int8"):
         """The kernel's output tensor ``y`` from the int32 tensor ``acc``; per channel, the multipliers and
-        shifts are rows ``row`` and ``row + 1`` of the channel ``table`` (indexed by the last axis)."""
+        shifts are rows ``row`` and ``row + 1`` of the channel ``table`` (indexed by the last axis).
+
+        ``wide``: ``acc`` is int64 (TFLite's 16x8 kernels) and the multipliers are the reduced Q15 ones of
+        TFLite's int64 ``MultiplyByQuantizedMultiplier`` (:func:`.fixedpoint.reduced_multiplier`)."""
         mult = self.multiplier if not self.per_channel else (lambda i: table[row, i[-1]])
         shift = self.shift if not self.per_channel else (lambda i: table[row + 1, i[-1]])
-        scaled = chain.requant(acc, mult, shift)
+        scaled = chain.requant64(acc, mult, shift) if self.wide else chain.requant(acc, mult, shift)
         return te.compute(chain.shape, lambda *i: clamp(scaled[i] + _i8(self.offset), self.lo, self.hi)
                           .astype(out_dtype), name="y")
 
@@ -92,6 +102,13 @@ class Chain:
         sh = shift if callable(shift) else (lambda i: shift)
         hi = self(lambda *i: srdhm(left_shift(x[i], sh(i)), m(i)))
         return self(lambda *i: rdbpot(hi[i], right_shift_amount(sh(i))))
+
+    def requant64(self, x, mult, shift):
+        """TFLite's int64 ``MultiplyByQuantizedMultiplier(x, mult, shift)`` of the int64 tensor ``x``; ``mult``
+        the reduced Q15 multiplier (int or ``f(index) -> expr``)."""
+        m = mult if callable(mult) else (lambda i: mult)
+        sh = shift if callable(shift) else (lambda i: shift)
+        return self(lambda *i: mbqm64(x[i], m(i), sh(i)))
 
 
 #: PrimFunc attribute describing what an integer kernel computes (JSON; see :func:`finish`)
@@ -175,7 +192,8 @@ def finish(tensors, name: str, *, reduce_into: str | None = None, describe: dict
 
 
 def _requant_desc(rq: "Requant") -> dict:
-    return {"multiplier": rq.multiplier, "shift": rq.shift, "offset": rq.offset, "lo": rq.lo, "hi": rq.hi}
+    desc = {"multiplier": rq.multiplier, "shift": rq.shift, "offset": rq.offset, "lo": rq.lo, "hi": rq.hi}
+    return dict(desc, wide=True) if rq.wide else desc
 
 
 def schedule_reductions(func, output_block: str) -> tvm.tirx.PrimFunc:
@@ -202,7 +220,8 @@ def _i8(v: int):
 
 def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: int, depth_multiplier: int = 0,
            in_offset: int, requant: Requant, has_bias: bool, in_dtype: str = "int8",
-           w_dtype: str = "int8", out_dtype: str = "int8", name: str = "conv2d_int8") -> tvm.tirx.PrimFunc:
+           w_dtype: str = "int8", out_dtype: str = "int8", name: str = "conv2d_int8",
+           acc_dtype: str = "int32") -> tvm.tirx.PrimFunc:
     """NHWC int8 convolution (``w`` OHWI) or depthwise convolution (``depth_multiplier`` > 0, ``w`` 1HW(C*M)).
 
     Parameters
@@ -215,6 +234,9 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
     requant : Requant
         Output stage; per-channel multipliers/shifts are rows of the ``channel`` table
         (:func:`channel_table`), after the bias.
+    acc_dtype : str
+        ``"int64"`` for TFLite's 16x8 kernels: int64 sums, an int64 ``bias`` argument of its own (after the
+        table) and a ``wide`` requant.
     """
     n_, h_, w_, c_ = x_shape
     _, oh_, ow_, oc_ = out_shape
@@ -223,8 +245,7 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
     pt, pl = padding[0], padding[1]
     x = te.placeholder(x_shape, in_dtype, "x")
     w = te.placeholder(w_shape, w_dtype, "w")
-    params, table = [x, w], channel_table(oc_, has_bias, requant)
-    params += [table] if table is not None else []
+    params, table, bias = _weights_and_channels(x, w, oc_, has_bias, requant, acc_dtype)
     off = _i8(in_offset)
     if depth_multiplier:
         kh_, kw_ = w_shape[1], w_shape[2]
@@ -236,8 +257,8 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
             iw = ow * sw - pl + rw * dw
             inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
             xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), oc // depth_multiplier]
-            prod = (cast_i32(xv) + off) * cast_i32(w[0, rh, rw, oc])
-            return te.sum(tirx.if_then_else(inside, prod, _i8(0)), axis=[rh, rw])
+            prod = _widen((cast_i32(xv) + off) * cast_i32(w[0, rh, rw, oc]), acc_dtype)
+            return te.sum(tirx.if_then_else(inside, prod, tirx.const(0, acc_dtype)), axis=[rh, rw])
     else:
         kh_, kw_, icg = w_shape[1], w_shape[2], w_shape[3]
         ocg = oc_ // groups
@@ -251,44 +272,72 @@ def conv2d(x_shape, w_shape, out_shape, *, strides, padding, dilation, groups: i
             inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
             ic = rc if groups == 1 else (oc // ocg) * icg + rc
             xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), ic]
-            prod = (cast_i32(xv) + off) * cast_i32(w[oc, rh, rw, rc])
-            return te.sum(tirx.if_then_else(inside, prod, _i8(0)), axis=[rh, rw, rc])
+            prod = _widen((cast_i32(xv) + off) * cast_i32(w[oc, rh, rw, rc]), acc_dtype)
+            return te.sum(tirx.if_then_else(inside, prod, tirx.const(0, acc_dtype)), axis=[rh, rw, rc])
 
     acc = te.compute(out_shape, body, name="acc")
     chain = Chain(out_shape)
-    total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
-    y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
+    total, row = _add_bias(chain, acc, table, bias, has_bias)
+    y = requant.output(chain, total, table, row, out_dtype=out_dtype)
     desc = {"op": "depthwise_conv2d" if depth_multiplier else "conv2d", "x": list(x_shape), "w": list(w_shape),
             "y": list(out_shape), "strides": list(strides), "padding": list(padding), "dilation": list(dilation),
             "groups": groups, "depth_multiplier": depth_multiplier, "in_offset": in_offset,
             "requant": _requant_desc(requant), "has_bias": has_bias,
             "dtypes": [in_dtype, w_dtype, out_dtype]}
+    if acc_dtype != "int32":
+        desc["acc_dtype"] = acc_dtype
     return finish(params + [y], name, reduce_into="y", describe=desc)
+
+
+def _widen(e, acc_dtype: str):
+    return e if acc_dtype == "int32" else e.astype(acc_dtype)
+
+
+def _weights_and_channels(x, w, channels: int, has_bias: bool, requant: Requant, acc_dtype: str):
+    """``(params, channel table, int64 bias)`` of a weighted kernel: ``[x, w]``, then the channel table
+    (:func:`channel_table`; the bias in its first row when the accumulator is int32), then an int64
+    ``bias`` of its own when the accumulator is int64 (None otherwise)."""
+    wide_bias = has_bias and acc_dtype != "int32"
+    table = channel_table(channels, has_bias and not wide_bias, requant)
+    bias = te.placeholder((channels,), acc_dtype, "bias") if wide_bias else None
+    return [x, w] + [t for t in (table, bias) if t is not None], table, bias
+
+
+def _add_bias(chain: "Chain", acc, table, bias, has_bias: bool):
+    """``(acc + bias, first requant row of the channel table)``."""
+    if not has_bias:
+        return acc, 0
+    if bias is not None:
+        return chain(lambda *i: acc[i] + bias[i[-1]]), 0
+    return chain(lambda *i: acc[i] + table[0, i[-1]]), 1
 
 
 def transpose_conv2d(x_shape, w_shape, out_shape, *, strides, padding, in_offset: int, requant: Requant,
                      has_bias: bool, in_dtype: str = "int8", out_dtype: str = "int8",
-                     name: str = "transpose_conv_int8") -> tvm.tirx.PrimFunc:
+                     name: str = "transpose_conv_int8", acc_dtype: str = "int32") -> tvm.tirx.PrimFunc:
     """TRANSPOSE_CONV, NHWC, ``w`` OHWI: each output element gathers the int32 products TFLite's kernel
-    scatters into its scratch (integer sums: the order does not matter), then bias and requantization."""
+    scatters into its scratch (integer sums: the order does not matter), then bias and requantization.
+    ``acc_dtype="int64"``: the 16x8 kernel's int64 sums and bias (see :func:`conv2d`)."""
     from ..legalize.conv2d_transpose import conv2d_transpose_nhwc
 
     x = te.placeholder(x_shape, in_dtype, "x")
     w = te.placeholder(w_shape, "int8", "w")
     oc_ = out_shape[3]
-    params, table = [x, w], channel_table(oc_, has_bias, requant)
-    params += [table] if table is not None else []
+    params, table, bias = _weights_and_channels(x, w, oc_, has_bias, requant, acc_dtype)
     shifted = _Offset(x, in_offset)
     pt, pl = padding[0], padding[1]
     pb = (x_shape[1] - 1) * strides[0] - pt + w_shape[1] - out_shape[1]
     pr = (x_shape[2] - 1) * strides[1] - pl + w_shape[2] - out_shape[2]
-    acc = conv2d_transpose_nhwc(shifted, w, strides, (pt, pl, pb, pr), (0, 0), (1, 1), "OHWI", "int32", "int32")
+    acc = conv2d_transpose_nhwc(shifted, w, strides, (pt, pl, pb, pr), (0, 0), (1, 1), "OHWI", acc_dtype,
+                                acc_dtype)
     chain = Chain(out_shape)
-    total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
-    y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
+    total, row = _add_bias(chain, acc, table, bias, has_bias)
+    y = requant.output(chain, total, table, row, out_dtype=out_dtype)
     desc = {"op": "transpose_conv2d", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape),
             "strides": list(strides), "padding": list(padding), "in_offset": in_offset,
             "requant": _requant_desc(requant), "has_bias": has_bias, "dtypes": [in_dtype, "int8", out_dtype]}
+    if acc_dtype != "int32":
+        desc["acc_dtype"] = acc_dtype
     return finish(params + [y], name, reduce_into="y", describe=desc)
 
 
@@ -312,28 +361,32 @@ def channel_table(channels: int, has_bias: bool, requant: Requant):
 
 
 def dense(x_shape, w_shape, *, in_offset: int, w_offset: int, requant: Requant, has_bias: bool,
-          out_dtype: str = "int8", name: str = "dense_int8") -> tvm.tirx.PrimFunc:
-    """FULLY_CONNECTED: ``x`` (..., K) int8, ``w`` (N, K) int8 -> (..., N)."""
+          out_dtype: str = "int8", name: str = "dense_int8", in_dtype: str = "int8",
+          acc_dtype: str = "int32") -> tvm.tirx.PrimFunc:
+    """FULLY_CONNECTED: ``x`` (..., K) int8 (or int16), ``w`` (N, K) int8 -> (..., N); ``acc_dtype`` as for
+    :func:`conv2d`."""
     k_ = x_shape[-1]
     n_ = w_shape[0]
     out_shape = tuple(x_shape[:-1]) + (n_,)
-    x = te.placeholder(x_shape, "int8", "x")
+    x = te.placeholder(x_shape, in_dtype, "x")
     w = te.placeholder(w_shape, "int8", "w")
-    params, table = [x, w], channel_table(n_, has_bias, requant)
-    params += [table] if table is not None else []
+    params, table, bias = _weights_and_channels(x, w, n_, has_bias, requant, acc_dtype)
     rk = te.reduce_axis((0, k_), "rk")
 
     def body(*idx):
         lead, j = idx[:-1], idx[-1]
-        return te.sum((cast_i32(x[(*lead, rk)]) + _i8(in_offset)) * (cast_i32(w[j, rk]) + _i8(w_offset)), axis=rk)
+        prod = (cast_i32(x[(*lead, rk)]) + _i8(in_offset)) * (cast_i32(w[j, rk]) + _i8(w_offset))
+        return te.sum(_widen(prod, acc_dtype), axis=rk)
 
     acc = te.compute(out_shape, body, name="acc")
     chain = Chain(out_shape)
-    total = chain(lambda *i: acc[i] + table[0, i[-1]]) if has_bias else acc
-    y = requant.output(chain, total, table, int(has_bias), out_dtype=out_dtype)
+    total, row = _add_bias(chain, acc, table, bias, has_bias)
+    y = requant.output(chain, total, table, row, out_dtype=out_dtype)
     desc = {"op": "dense", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape), "in_offset": in_offset,
             "w_offset": w_offset, "requant": _requant_desc(requant), "has_bias": has_bias,
-            "dtypes": ["int8", "int8", out_dtype]}
+            "dtypes": [in_dtype, "int8", out_dtype]}
+    if acc_dtype != "int32":
+        desc["acc_dtype"] = acc_dtype
     return finish(params + [y], name, reduce_into="y", describe=desc)
 
 
@@ -399,12 +452,16 @@ def _broadcast_index(shape, out_shape, idx):
     return tuple(0 if shape[k] == 1 and out_shape[k + lead] != 1 else idx[k + lead] for k in range(len(shape)))
 
 
+broadcast_index = _broadcast_index
+
+
 def binary_add(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, left_shift: int, a_mult: int,
                a_shift: int, b_mult: int, b_shift: int, out: Requant, negate_b: bool = False,
-               name: str = "add_int8") -> tvm.tirx.PrimFunc:
-    """int8 ADD (and SUB with ``negate_b``): TFLite's ``AddFunc`` with ``left_shift`` pre-scaling."""
-    a = te.placeholder(a_shape, "int8", "a")
-    b = te.placeholder(b_shape, "int8", "b")
+               name: str = "add_int8", dtype: str = "int8") -> tvm.tirx.PrimFunc:
+    """int8 (or int16, ``dtype``) ADD (and SUB with ``negate_b``): TFLite's ``AddFunc`` with ``left_shift``
+    pre-scaling."""
+    a = te.placeholder(a_shape, dtype, "a")
+    b = te.placeholder(b_shape, dtype, "b")
 
     chain = Chain(out_shape)
     sa = chain.requant(chain(lambda *i: (cast_i32(a[_broadcast_index(a_shape, out_shape, i)]) + _i8(a_offset))
@@ -412,30 +469,33 @@ def binary_add(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, lef
     sb = chain.requant(chain(lambda *i: (cast_i32(b[_broadcast_index(b_shape, out_shape, i)]) + _i8(b_offset))
                              * _i8(1 << left_shift)), b_mult, b_shift)
     raw = chain(lambda *i: sa[i] - sb[i] if negate_b else sa[i] + sb[i])
-    y = out.output(chain, raw)
+    y = out.output(chain, raw, out_dtype=dtype)
     desc = {"op": "add", "a": list(a_shape), "b": list(b_shape), "y": list(out_shape), "a_offset": a_offset,
             "b_offset": b_offset, "left_shift": left_shift, "a_mult": a_mult, "a_shift": a_shift, "b_mult": b_mult,
             "b_shift": b_shift, "requant": _requant_desc(out), "negate_b": negate_b}
+    if dtype != "int8":
+        desc["dtypes"] = [dtype, dtype, dtype]
     return finish([a, b, y], name, reduce_into="y", describe=desc)
 
 
 def binary_mul(a_shape, b_shape, out_shape, *, a_offset: int, b_offset: int, out: Requant,
-               name: str = "mul_int8") -> tvm.tirx.PrimFunc:
-    """int8 MUL: ``clamp(MBQM((a + a_off) * (b + b_off)) + out_off)``."""
-    a = te.placeholder(a_shape, "int8", "a")
-    b = te.placeholder(b_shape, "int8", "b")
+               name: str = "mul_int8", dtype: str = "int8", out_dtype: str | None = None) -> tvm.tirx.PrimFunc:
+    """int8 (or int16) MUL: ``clamp(MBQM((a + a_off) * (b + b_off)) + out_off)``."""
+    a = te.placeholder(a_shape, dtype, "a")
+    b = te.placeholder(b_shape, dtype, "b")
 
     chain = Chain(out_shape)
     prod = chain(lambda *i: (cast_i32(a[_broadcast_index(a_shape, out_shape, i)]) + _i8(a_offset))
                  * (cast_i32(b[_broadcast_index(b_shape, out_shape, i)]) + _i8(b_offset)))
-    y = out.output(chain, prod)
+    y = out.output(chain, prod, out_dtype=out_dtype or dtype)
     return finish([a, b, y], name, reduce_into="y")
 
 
 def prelu(x_shape, alpha_shape, *, in_offset: int, alpha_offset: int, mult1: int, shift1: int, mult2: int,
-          shift2: int, out_offset: int, name: str = "prelu_int8") -> tvm.tirx.PrimFunc:
-    """int8 PRELU (TFLite ``BroadcastPrelu4DSlow``): two multipliers, identity and alpha."""
-    x = te.placeholder(x_shape, "int8", "x")
+          shift2: int, out_offset: int, name: str = "prelu_int8", dtype: str = "int8") -> tvm.tirx.PrimFunc:
+    """int8 (or int16, ``dtype``; alpha int8) PRELU (TFLite ``BroadcastPrelu4DSlow``): two multipliers,
+    identity and alpha."""
+    x = te.placeholder(x_shape, dtype, "x")
     alpha = te.placeholder(alpha_shape, "int8", "alpha")
 
     chain = Chain(x_shape)
@@ -443,8 +503,9 @@ def prelu(x_shape, alpha_shape, *, in_offset: int, alpha_offset: int, mult1: int
     al = chain(lambda *i: cast_i32(alpha[_broadcast_index(alpha_shape, x_shape, i)]) + _i8(alpha_offset))
     pos = chain.requant(v, mult1, shift1)
     neg = chain.requant(chain(lambda *i: v[i] * al[i]), mult2, shift2)
+    lo, hi = (int(tvm.tirx.min_value(dtype).value), int(tvm.tirx.max_value(dtype).value))
     y = te.compute(x_shape, lambda *i: clamp(tirx.Select(v[i] >= _i8(0), pos[i], neg[i]) + _i8(out_offset),
-                                             -128, 127).astype("int8"), name="y")
+                                             lo, hi).astype(dtype), name="y")
     return finish([x, alpha, y], name, reduce_into="y")
 
 
@@ -463,10 +524,10 @@ def _pool_window(x_shape, out_shape, pool, strides, padding):
 
 
 def avg_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi: int = 127,
-               name: str = "avg_pool_int8") -> tvm.tirx.PrimFunc:
-    """int8 AVERAGE_POOL_2D: sum over the valid window, divided with rounding half away from zero."""
+               name: str = "avg_pool_int8", dtype: str = "int8") -> tvm.tirx.PrimFunc:
+    """int8 (or int16) AVERAGE_POOL_2D: sum over the valid window, divided with rounding half away from zero."""
     h_, w_, kh_, kw_, window = _pool_window(x_shape, out_shape, pool, strides, padding)
-    x = te.placeholder(x_shape, "int8", "x")
+    x = te.placeholder(x_shape, dtype, "x")
     rh = te.reduce_axis((0, kh_), "rh")
     rw = te.reduce_axis((0, kw_), "rw")
 
@@ -487,19 +548,21 @@ def avg_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi
         s = acc[n, oh, ow, c]
         half = tirx.truncdiv(count, _i8(2))
         avg = tirx.Select(s > _i8(0), tirx.truncdiv(s + half, count), tirx.truncdiv(s - half, count))
-        return clamp(avg, lo, hi).astype("int8")
+        return clamp(avg, lo, hi).astype(dtype)
 
     y = te.compute(out_shape, epilogue, name="y")
     desc = {"op": "avg_pool2d", "x": list(x_shape), "y": list(out_shape), "pool": list(pool),
             "strides": list(strides), "padding": list(padding), "lo": lo, "hi": hi}
+    if dtype != "int8":
+        desc["dtypes"] = [dtype, dtype]
     return finish([x, y], name, reduce_into="y", describe=desc)
 
 
 def max_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi: int = 127,
-               name: str = "max_pool_int8") -> tvm.tirx.PrimFunc:
-    """int8 MAX_POOL_2D over the valid window, clamped to the activation range."""
+               name: str = "max_pool_int8", dtype: str = "int8") -> tvm.tirx.PrimFunc:
+    """int8 (or int16) MAX_POOL_2D over the valid window, clamped to the activation range."""
     h_, w_, kh_, kw_, window = _pool_window(x_shape, out_shape, pool, strides, padding)
-    x = te.placeholder(x_shape, "int8", "x")
+    x = te.placeholder(x_shape, dtype, "x")
     rh = te.reduce_axis((0, kh_), "rh")
     rw = te.reduce_axis((0, kw_), "rw")
 
@@ -508,21 +571,25 @@ def max_pool2d(x_shape, out_shape, *, pool, strides, padding, lo: int = -128, hi
         ih, iw = hs + rh, ws + rw
         inside = tirx.all(ih >= 0, ih < h_, iw >= 0, iw < w_)
         xv = x[n, tirx.if_then_else(inside, ih, 0), tirx.if_then_else(inside, iw, 0), c]
-        return te.max(tirx.if_then_else(inside, cast_i32(xv), _i8(-128)), axis=[rh, rw])
+        return te.max(tirx.if_then_else(inside, cast_i32(xv), _i8(int(tvm.tirx.min_value(dtype).value))),
+                      axis=[rh, rw])
 
     acc = te.compute(out_shape, body, name="acc")
-    y = te.compute(out_shape, lambda *i: clamp(acc[i], lo, hi).astype("int8"), name="y")
+    y = te.compute(out_shape, lambda *i: clamp(acc[i], lo, hi).astype(dtype), name="y")
     desc = {"op": "max_pool2d", "x": list(x_shape), "y": list(out_shape), "pool": list(pool),
             "strides": list(strides), "padding": list(padding), "lo": lo, "hi": hi}
+    if dtype != "int8":
+        desc["dtypes"] = [dtype, dtype]
     return finish([x, y], name, reduce_into="y", describe=desc)
 
 
 def mean(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mult: int, shift: int, out_offset: int,
-         name: str = "mean_int8") -> tvm.tirx.PrimFunc:
+         name: str = "mean_int8", dtype: str = "int8") -> tvm.tirx.PrimFunc:
     """int8 MEAN (TFLite ``QuantizedMeanOrSum`` / integer ``Mean``): sum of ``x - zp_in`` over ``axes``,
     ``MBQM(sum, mult, shift)`` (the scale ratio divided by the element count folded into the multiplier),
-    plus the output zero point, saturated."""
-    x = te.placeholder(x_shape, "int8", "x")
+    plus the output zero point, saturated. SUM is the same with the plain scale ratio's multiplier; ``dtype``
+    int16 for the 16x8 kernels (their int32 sums too)."""
+    x = te.placeholder(x_shape, dtype, "x")
     axes = sorted(a % len(x_shape) for a in axes)
     red = [te.reduce_axis((0, x_shape[a]), f"r{a}") for a in axes]
 
@@ -542,19 +609,23 @@ def mean(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mult: int,
 
     acc = te.compute(out_shape, lambda *i: te.sum(cast_i32(x[full_index(i)]) + _i8(in_offset), axis=red),
                      name="acc")
-    y = Requant(mult, shift, out_offset).output(Chain(out_shape), acc)
+    lo, hi = (int(tvm.tirx.min_value(dtype).value), int(tvm.tirx.max_value(dtype).value))
+    y = Requant(mult, shift, out_offset, lo, hi).output(Chain(out_shape), acc, out_dtype=dtype)
     return finish([x, y], name, reduce_into="y")
 
 
 def quantize(shape, *, scale_f32: float, zero_point: int, out_dtype: str = "int8",
-             name: str = "quantize_int8") -> tvm.tirx.PrimFunc:
-    """float32 -> int8 QUANTIZE: ``clamp(round_half_away(x / scale) + zp)`` in float32 (TFLite ``AffineQuantize``)."""
+             name: str = "quantize_int8", scale_arg: bool = False) -> tvm.tirx.PrimFunc:
+    """float32 -> int8 QUANTIZE: ``clamp(round_half_away(x / scale) + zp)`` in float32 (TFLite ``AffineQuantize``).
+
+    ``scale_arg``: the scale is a one-element float32 argument after ``x`` instead of an immediate (TVM's C
+    code generator prints float immediates with 7 digits, not always the float's value)."""
     x = te.placeholder(shape, "float32", "x")
-    lo, hi = (-128, 127) if out_dtype == "int8" else (0, 255)
-    scale = tirx.const(scale_f32, "float32")
+    lo, hi = {"int8": (-128, 127), "int16": (-32768, 32767)}.get(out_dtype, (0, 255))
+    scale_buf = te.placeholder((1,), "float32", "scale") if scale_arg else None
 
     def body(*i):
-        v = x[i] / scale
+        v = x[i] / (scale_buf[0] if scale_arg else tirx.const(scale_f32, "float32"))
         t = tirx.trunc(v)
         frac = v - t
         half = tirx.const(0.5, "float32")
@@ -564,7 +635,7 @@ def quantize(shape, *, scale_f32: float, zero_point: int, out_dtype: str = "int8
         return clamp(r.astype("int32") + _i8(zero_point), lo, hi).astype(out_dtype)
 
     y = te.compute(shape, body, name="y")
-    return finish([x, y], name)
+    return finish([x] + ([scale_buf] if scale_arg else []) + [y], name)
 
 
 def _saturating_shl(x, k: int):

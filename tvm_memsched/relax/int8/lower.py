@@ -11,7 +11,8 @@ are 256-entry tables computed by TFLite's own algorithm (:mod:`.params`).
 
 Whatever is not recognised keeps its float form and is listed in the report
 as a *float island*, by operator and variable name; nothing falls back
-silently.
+silently. Operators with an int16 tensor (16x8 models) get the kernels of
+:mod:`.lower16` instead (int64 accumulators, per-element int16 arithmetic).
 
 Example
 -------
@@ -33,6 +34,7 @@ from ..ir import KernelEmitter, op_name, replace_bindings
 from . import extra_kernels as XK
 from . import kernels as K
 from . import params as P
+from .lower16 import emit_int16, uses_int16
 from .patterns import FunctionView, Match, match_binding
 
 __all__ = ["IntegerLowering", "LoweringReport", "lower_int8", "has_qdq"]
@@ -105,6 +107,8 @@ def _emit(em: _Emitter, m: Match):
     """The ``call_tir`` replacing match ``m``, or None if its parameters are outside what TFLite supports."""
     if m.op == "BATCH_MATMUL":                # int8 and int16 alike (:func:`.kernels.batch_matmul`)
         return _emit_batch_matmul(em, m)
+    if uses_int16(m):
+        return emit_int16(em, m)              # the 16x8 kernels (:mod:`.lower16`)
     op, out = m.op, m.var
     oshape = _shape(out)
     qx = m.qin[0] if m.qin else None
@@ -339,7 +343,7 @@ def _lower_function(func: relax.Function, em: _Emitter, report: LoweringReport) 
     view = FunctionView(func)
     replaced: dict = {}
     clipped = {view.value[v].args[0] for v in view.order
-               if view.call(v, "clip") is not None and view.dtype(v) in ("int8", "uint8")}
+               if view.call(v, "clip") is not None and view.dtype(v) in ("int8", "uint8", "int16")}
     for var in view.order:
         if var in clipped and view.users[var] == 1:
             continue                      # matched at its clip, with the activation range

@@ -71,13 +71,12 @@ def conv_multipliers(input_scale, filter_scales, output_scale) -> tuple[list[int
     return [m for m, _ in out], [s for _, s in out]
 
 
-def add_params(scale1, scale2, scale_out, *, sub: bool = False) -> dict:
-    """ADD / SUB int8 parameters (``left_shift`` 20, three multipliers below one).
+def add_params(scale1, scale2, scale_out, *, sub: bool = False, left_shift: int = 20) -> dict:
+    """ADD / SUB int8 parameters (``left_shift`` 20, three multipliers below one; 15 for int16).
 
     ADD computes the ratios in double; TFLite Micro's SUB computes them in float
     (``sub_common.cc``), reproduced here.
     """
-    left_shift = 20
     if sub:
         s1, s2, so = np.float32(scale1), np.float32(scale2), np.float32(scale_out)
         twice_max = np.float32(2) * max(s1, s2)

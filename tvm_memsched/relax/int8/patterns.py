@@ -1,4 +1,4 @@
-"""Recognise TFLite's int8 operators in a quantize/dequantize (QDQ) Relax function.
+"""Recognise TFLite's int8 (and 16x8: int16 activation) operators in a quantize/dequantize (QDQ) Relax function.
 
 TVM's TFLite frontend (and our extension of it, :mod:`..frontend`) imports a
 quantized operator as ``dequantize`` of its int8 inputs, the float operator,
@@ -8,7 +8,9 @@ reads such a group backwards from its last binding and returns a
 :class:`Match`: which TFLite operator it is, its int8 inputs, the
 quantization parameters of every tensor (constants of the function), its
 constant operands and attributes. Anything it does not recognise stays float
-(a *float island*, reported by the lowering pass).
+(a *float island*, reported by the lowering pass). Activations may be int8 or
+int16 (:data:`INT_TYPES`); the operators only 16x8 models have kernels for are
+recognised by :mod:`.patterns16`.
 
 Example
 -------
@@ -26,10 +28,11 @@ import tvm
 from tvm import relax
 
 from ..ir import op_name, static_shape
+from .patterns16 import match_int16
 
 __all__ = ["QParams", "Match", "FunctionView", "match_binding", "INT_TYPES"]
 
-INT_TYPES = ("int8",)   # uint8 (legacy, unsupported by TFLite Micro's kernels) stays float: reported
+INT_TYPES = ("int8", "int16")   # uint8 (legacy, unsupported by TFLite Micro's kernels) stays float: reported
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +175,7 @@ class FunctionView:
             pre.append(c)
             src = c.args[0]
         data = _const(src)
-        if q is None or data is None or data.dtype.name not in INT_TYPES + ("int32",):
+        if q is None or data is None or data.dtype.name not in INT_TYPES + ("int32", "int64"):
             return None
         arr = np.asarray(data)
         for c in reversed(pre):
@@ -186,6 +189,21 @@ class FunctionView:
             if op_name(c) == "relax.reshape" and not q.per_tensor:
                 axis = _axis_after_reshape(q.scale.size, arr.shape)
         return arr, QParams(q.scale, q.zero_point, axis)
+
+
+    def bias(self, expr):
+        """``(integer numpy array, QParams or None)`` of a constant bias: a dequantized constant
+        (:meth:`const_weight`), or the int64 bias of a 16x8 operator, which the frontend imports as
+        ``float(bias) * scale`` (Relax's ``dequantize`` takes no int64)."""
+        w = self.const_weight(expr)
+        if w is not None:
+            return w
+        mul = self.call(expr, "multiply")
+        cast = self.call(mul.args[0], "astype") if mul is not None else None
+        data = _const(cast.args[0]) if cast is not None else None
+        if data is None or data.dtype != np.int64 or _const(mul.args[1]) is None:
+            return None
+        return np.asarray(data), None
 
 
 def _apply_layout(arr, call):
@@ -229,7 +247,18 @@ def _float_activation(view: FunctionView, expr):
 
 
 def _int_range(dtype: str) -> tuple[int, int]:
-    return (-128, 127) if dtype == "int8" else (0, 255)
+    return {"int8": (-128, 127), "int16": (-32768, 32767)}.get(dtype, (0, 255))
+
+
+def _bias_ok(bias, x_dtype: str, op: str) -> bool:
+    """TFLite's bias types: int32 for int8 inputs; int64 (or int32, int32 accumulators) for int16 inputs,
+    TRANSPOSE_CONV also int16 (widened to int64); DEPTHWISE_CONV_2D and TRANSPOSE_CONV read int64 only."""
+    dt = bias.dtype.name
+    if x_dtype != "int16":
+        return dt == "int32"
+    if op == "TRANSPOSE_CONV":
+        return dt in ("int64", "int16")
+    return dt == "int64" or (dt == "int32" and op != "DEPTHWISE_CONV_2D")
 
 
 def match_binding(view: FunctionView, var) -> Match | None:
@@ -285,6 +314,11 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
     unary = _match_unary(view, var, body, qout, (qmin, qmax))
     if unary is not None:
         return unary
+    if out_dtype == "int16":
+        found = match_int16(view, body)
+        if found is not None:
+            op, inputs, qin, attrs = found
+            return Match(op, var, inputs, qin, qout, attrs=attrs, act=(qmin, qmax))
     inner, act = _float_activation(view, body)
     from .params import act_range
 
@@ -295,7 +329,8 @@ def _match_quantize(view: FunctionView, var, q) -> Match | None:
                     _match_cumsum):
         m = matcher(view, var, inner, qout)
         if m is not None:
-            m.act = (max(m.act[0], rng[0]), min(m.act[1], rng[1]))
+            base = m.act if out_dtype == "int8" else (qmin, qmax)     # Match's default is int8's range
+            m.act = (max(base[0], rng[0]), min(base[1], rng[1]))
             return m
     # QUANTIZE of a float tensor: a float input of the model, or the end of a float island
     if act == "none" and view.call(body, "dequantize") is None:
@@ -356,8 +391,8 @@ def _match_conv(view: FunctionView, var, body, qout) -> Match | None:
     add = view.call(body, "add")
     if add is not None:
         conv_expr = add.args[0]
-        b = view.const_weight(add.args[1])
-        if b is None or b[0].dtype != np.int32:
+        b = view.bias(add.args[1])
+        if b is None or b[0].dtype.name not in ("int32", "int64"):
             return None
         bias = b[0].reshape(-1)
     c = view.call(conv_expr, "nn.conv2d")
@@ -408,10 +443,12 @@ def _match_conv(view: FunctionView, var, body, qout) -> Match | None:
             return None
         weight = np.ascontiguousarray(np.transpose(w_hwio, (3, 0, 1, 2)))       # O H W I
         op = "CONV_2D"
+    if bias is not None and not _bias_ok(bias, view.dtype(x), op):
+        return None
     consts = {"weight": np.ascontiguousarray(weight), "w_scales": scales.astype(np.float32),
               "w_zero_point": int(qw.zp)}
     if bias is not None:
-        consts["bias"] = bias.astype(np.int32)
+        consts["bias"] = bias.astype(np.int32) if bias.dtype == np.int32 else bias
     return Match(op, var, [x], [qx], qout, consts=consts, attrs=attrs)
 
 
@@ -422,8 +459,8 @@ def _match_transpose_conv(view: FunctionView, var, body, qout) -> Match | None:
     add = view.call(body, "add")
     if add is not None:
         expr = add.args[0]
-        b = view.const_weight(add.args[1])
-        if b is None or b[0].dtype != np.int32:
+        b = view.bias(add.args[1])
+        if b is None or b[0].dtype.name not in ("int16", "int32", "int64"):
             return None
         bias = b[0].reshape(-1)
     c = view.call(expr, "nn.conv2d_transpose")
@@ -442,7 +479,7 @@ def _match_transpose_conv(view: FunctionView, var, body, qout) -> Match | None:
     if np.any(qw.zero_point != 0) or (not qw.per_tensor and qw.axis != 1):
         return None
     oc = w.shape[1]
-    if bias is not None and bias.size != oc:
+    if bias is not None and (bias.size != oc or not _bias_ok(bias, view.dtype(x), "TRANSPOSE_CONV")):
         return None
     scales = qw.scale if not qw.per_tensor else np.repeat(qw.scale, oc)
     if scales.size != oc:
@@ -450,7 +487,7 @@ def _match_transpose_conv(view: FunctionView, var, body, qout) -> Match | None:
     consts = {"weight": np.ascontiguousarray(np.transpose(w, (1, 2, 3, 0))),      # O H W I, as TFLite stores it
               "w_scales": scales.astype(np.float32)}
     if bias is not None:
-        consts["bias"] = bias.astype(np.int32)
+        consts["bias"] = bias.astype(np.int64) if view.dtype(x) == "int16" else bias.astype(np.int32)
     attrs = {"strides": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding)}
     return Match("TRANSPOSE_CONV", var, [x], [qx], qout, consts=consts, attrs=attrs)
 
@@ -461,8 +498,8 @@ def _match_dense(view: FunctionView, var, body, qout) -> Match | None:
     add = view.call(body, "add")
     if add is not None:
         mm_expr = add.args[0]
-        b = view.const_weight(add.args[1])
-        if b is None or b[0].dtype != np.int32:
+        b = view.bias(add.args[1])
+        if b is None or b[0].dtype.name not in ("int32", "int64"):
             return None
         bias = b[0].reshape(-1)
     mm = view.call(mm_expr, "matmul")
@@ -479,13 +516,13 @@ def _match_dense(view: FunctionView, var, body, qout) -> Match | None:
     k, n = w.shape                                    # (K, N) after the frontend's transpose
     if not qw.per_tensor and qw.axis != 1:
         return None
-    if bias is not None and bias.size != n:
+    if bias is not None and (bias.size != n or not _bias_ok(bias, view.dtype(x), "FULLY_CONNECTED")):
         return None
     scales = qw.scale if not qw.per_tensor else np.repeat(qw.scale, n)
     consts = {"weight": np.ascontiguousarray(w.T), "w_scales": scales.astype(np.float32),
               "w_zero_point": int(qw.zp)}
     if bias is not None:
-        consts["bias"] = bias.astype(np.int32)
+        consts["bias"] = bias.astype(np.int32) if bias.dtype == np.int32 else bias
     return Match("FULLY_CONNECTED", var, [x], [qx], qout, consts=consts, attrs={"per_channel": not qw.per_tensor})
 
 
@@ -617,29 +654,31 @@ def _match_prelu(view: FunctionView, var, body, qout) -> Match | None:
 def _match_avg_pool(view: FunctionView, var, inner) -> Match | None:
     cast = view.call(inner, "astype")
     pool = view.call(cast.args[0], "nn.avg_pool2d") if cast is not None else None
-    if pool is None or view.dtype(inner) != "int8":
+    if pool is None or view.dtype(inner) not in INT_TYPES:
         return None
     src = view.call(pool.args[0], "astype")
-    if src is None or view.dtype(src.args[0]) != "int8" or view.dtype(pool.args[0]) != "int32":
+    if src is None or view.dtype(src.args[0]) != view.dtype(inner) or view.dtype(pool.args[0]) != "int32":
         return None
     a = pool.attrs
     if str(a.layout) != "NHWC" or bool(a.ceil_mode) or any(int(d) != 1 for d in a.dilation):
         return None
     attrs = {"pool": tuple(int(p) for p in a.pool_size), "strides": tuple(int(s) for s in a.strides),
              "padding": tuple(int(p) for p in a.padding)}
-    return Match("AVERAGE_POOL_2D", var, [src.args[0]], [None], None, attrs=attrs)
+    return Match("AVERAGE_POOL_2D", var, [src.args[0]], [None], None, attrs=attrs,
+                 act=_int_range(view.dtype(inner)))
 
 
 def _match_max_pool(view: FunctionView, var, inner) -> Match | None:
     pool = view.call(inner, "nn.max_pool2d")
-    if pool is None or view.dtype(pool.args[0]) != "int8":
+    if pool is None or view.dtype(pool.args[0]) not in INT_TYPES:
         return None
     a = pool.attrs
     if str(a.layout) != "NHWC" or bool(a.ceil_mode) or any(int(d) != 1 for d in a.dilation):
         return None
     attrs = {"pool": tuple(int(p) for p in a.pool_size), "strides": tuple(int(s) for s in a.strides),
              "padding": tuple(int(p) for p in a.padding)}
-    return Match("MAX_POOL_2D", var, [pool.args[0]], [None], None, attrs=attrs)
+    return Match("MAX_POOL_2D", var, [pool.args[0]], [None], None, attrs=attrs,
+                 act=_int_range(view.dtype(pool.args[0])))
 
 
 def _two_dequantized(view: FunctionView, c):

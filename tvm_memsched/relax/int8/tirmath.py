@@ -24,7 +24,7 @@ from tvm import tirx
 from .fixedpoint import INT32_MAX, INT32_MIN
 
 __all__ = ["dtype", "i32", "i64", "mbqm", "mbqm64", "srdhm", "rdbpot", "left_shift", "right_shift_amount", "clamp",
-           "cast_i32"]
+           "cast_i32", "saturating_left_shift", "clz32"]
 
 
 def dtype(e) -> str:
@@ -107,6 +107,25 @@ def mbqm64(x, reduced_multiplier, shift):
         total = tirx.const(15, "int64") - i64(shift)
         rounding = tirx.const(1, "int64") << (total - tirx.const(1, "int64"))
     return ((i64(x) * i64(reduced_multiplier) + rounding) >> total).astype("int32")
+
+
+def saturating_left_shift(x, k: int):
+    """gemmlowp ``SaturatingRoundingMultiplyByPOT<k>`` for ``k > 0`` on an int32 expression (used three times:
+    pass a load)."""
+    threshold = (1 << (31 - k)) - 1
+    return tirx.Select(x > tirx.const(threshold, "int32"), tirx.const(INT32_MAX, "int32"),
+                       tirx.Select(x < tirx.const(-threshold, "int32"), tirx.const(INT32_MIN, "int32"),
+                                   x << tirx.const(k, "int32")))
+
+
+def clz32(x, bits: int = 31):
+    """Leading zero bits of a non-negative int32 expression below ``2**bits`` (32 for 0), as a sum of
+    comparisons (``x`` is used ``bits`` times: pass a load)."""
+    count = tirx.const(32, "int32")
+    for k in range(bits):
+        count = count - tirx.Select(i32(x) >= tirx.const(1 << k, "int32"), tirx.const(1, "int32"),
+                                    tirx.const(0, "int32"))
+    return count
 
 
 def clamp(x, lo: int, hi: int):
