@@ -268,7 +268,8 @@ def binary_model(rng, ops):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_add_sub_mul_squared_difference_maximum_minimum(seed):
     """ADD and SUB (left shift 15, ratios in double), MUL, SQUARED_DIFFERENCE (left shift 0), MAXIMUM and
-    MINIMUM, with broadcasting and fused ReLU, random scales."""
+    MINIMUM, with broadcasting and fused ReLU, random scales. MAXIMUM and MINIMUM (equal quantization, as TFLite
+    requires) are imported on the stored int16 values: nothing to lower, and no float island."""
     rng = np.random.default_rng(seed)
     s = [1, 4, 5, 3]
     buf = binary_model(rng, [(B.ADD, tfl.AddOptionsT, 1, s, s, False),
@@ -278,8 +279,7 @@ def test_add_sub_mul_squared_difference_maximum_minimum(seed):
                              (B.MUL, tfl.MulOptionsT, 0, s, s, False), (B.MUL, tfl.MulOptionsT, 1, s, [3], False),
                              (B.SQUARED_DIFFERENCE, None, 0, s, s, False),
                              (B.MAXIMUM, None, 0, s, s, True), (B.MINIMUM, None, 0, s, [1, 1, 5, 3], True)])
-    check(buf, inputs_of(buf, rng), expect={"ADD": 2, "SUB": 2, "MUL": 2, "SQUARED_DIFFERENCE": 1, "MAXIMUM": 1,
-                                            "MINIMUM": 1})
+    check(buf, inputs_of(buf, rng), expect={"ADD": 2, "SUB": 2, "MUL": 2, "SQUARED_DIFFERENCE": 1})
 
 
 def pool(code, k, stride, pad, act=0):
@@ -389,8 +389,8 @@ def test_operators_only_litert_runs():
     buf = side_by_side(rng, specs)
     inputs = inputs_of(buf, rng)
     inputs[0] = inputs[1] = ALL16
-    check(buf, inputs, reference=litert, expect={"EXP": 1, "LOG": 1, "REDUCE_PROD": 1, "REDUCE_MAX": 1,
-                                                 "REDUCE_MIN": 1, "RESIZE_BILINEAR": 3})
+    # REDUCE_MAX and REDUCE_MIN of equal quantization are imported on the stored values (nothing to lower)
+    check(buf, inputs, reference=litert, expect={"EXP": 1, "LOG": 1, "REDUCE_PROD": 1, "RESIZE_BILINEAR": 3})
 
 
 def test_lut_and_sigmoid_tables_match_tflite_prepare():

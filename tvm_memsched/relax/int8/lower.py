@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from ..ir import KernelEmitter, op_name, replace_bindings
@@ -103,7 +102,7 @@ def _shape(e):
     return tuple(static_shape(e.ty))
 
 
-def _emit(em: _Emitter, m: Match):
+def _emit(em: KernelEmitter, m: Match):
     """The ``call_tir`` replacing match ``m``, or None if its parameters are outside what TFLite supports."""
     if m.op == "BATCH_MATMUL":                # int8 and int16 alike (:func:`.kernels.batch_matmul`)
         return _emit_batch_matmul(em, m)
@@ -222,7 +221,7 @@ def _emit_batch_matmul(em, m: Match):
     return em.call(m, f, f"batch_matmul_{dt}", args)
 
 
-def _squared_difference(em: _Emitter, m: Match):
+def _squared_difference(em: KernelEmitter, m: Match):
     (qa, qb), qo = m.qin, m.qout
     a, b, out = P.squared_difference_params(qa.s, qb.s, qo.s)
     f = XK.squared_difference(_shape(m.inputs[0]), _shape(m.inputs[1]), _shape(m.var), a=(-qa.zp, *a),
@@ -230,7 +229,7 @@ def _squared_difference(em: _Emitter, m: Match):
     return em.call(m, f, "squared_difference_int8", list(m.inputs))
 
 
-def _comparison(em: _Emitter, m: Match):
+def _comparison(em: KernelEmitter, m: Match):
     qa, qb = m.qin
     pa, pb = P.comparison_params(qa.s), P.comparison_params(qb.s)
     if pa is None or pb is None:
@@ -240,7 +239,7 @@ def _comparison(em: _Emitter, m: Match):
     return em.call(m, f, m.attrs["op"] + "_int8", list(m.inputs))
 
 
-def _div(em: _Emitter, m: Match):
+def _div(em: KernelEmitter, m: Match):
     (qa, qb), qo = m.qin, m.qout
     mult, shift = P.div_params(qa.s, qb.s, qo.s)
     f = XK.div(_shape(m.inputs[0]), _shape(m.inputs[1]), _shape(m.var), a_offset=-qa.zp, b_offset=-qb.zp,
@@ -248,7 +247,7 @@ def _div(em: _Emitter, m: Match):
     return em.call(m, f, "div_int8", list(m.inputs) + [em.const(P.div_reciprocals(qb.zp))])
 
 
-def _resize_bilinear(em: _Emitter, m: Match):
+def _resize_bilinear(em: KernelEmitter, m: Match):
     if m.act != (-128, 127):
         return None
     f = XK.resize_bilinear(_shape(m.inputs[0]), _shape(m.var), align_corners=m.attrs["align_corners"],
@@ -256,7 +255,7 @@ def _resize_bilinear(em: _Emitter, m: Match):
     return em.call(m, f, "resize_bilinear_int8", [m.inputs[0]])
 
 
-def _l2_normalization(em: _Emitter, m: Match):
+def _l2_normalization(em: KernelEmitter, m: Match):
     shape = _shape(m.inputs[0])
     if shape[-1] > XK.L2_MAX_DEPTH or m.act != (-128, 127):
         return None
@@ -264,7 +263,7 @@ def _l2_normalization(em: _Emitter, m: Match):
     return em.call(m, f, "l2_normalization_int8", [m.inputs[0]])
 
 
-def _log_softmax(em: _Emitter, m: Match):
+def _log_softmax(em: KernelEmitter, m: Match):
     qx, qo = m.qin[0], m.qout
     if qo.zp != 127 or np.float32(qo.s) != np.float32(16 / 256) or m.act != (-128, 127):
         return None                       # TFLite's int8 kernel requires this output quantization
@@ -276,7 +275,7 @@ def _log_softmax(em: _Emitter, m: Match):
     return em.call(m, f, "log_softmax_int8", [m.inputs[0], em.const(table)])
 
 
-def _reduce_prod(em: _Emitter, m: Match):
+def _reduce_prod(em: KernelEmitter, m: Match):
     ishape = _shape(m.inputs[0])
     count = int(np.prod([ishape[a] for a in m.attrs["axes"]]))
     mult, shift = P.reduce_prod_params(m.qin[0].s, m.qout.s, count)
@@ -287,7 +286,7 @@ def _reduce_prod(em: _Emitter, m: Match):
     return em.call(m, f, "reduce_prod_int8", [m.inputs[0]])
 
 
-def _cumsum(em: _Emitter, m: Match):
+def _cumsum(em: KernelEmitter, m: Match):
     p = P.cumsum_params(m.qin[0].s, m.qout.s)
     if p is None or m.act != (-128, 127):
         return None
@@ -297,7 +296,7 @@ def _cumsum(em: _Emitter, m: Match):
     return em.call(m, f, "cumsum_int8", [m.inputs[0]])
 
 
-def _arg_min_max(em: _Emitter, m: Match):
+def _arg_min_max(em: KernelEmitter, m: Match):
     f = XK.arg_min_max(_shape(m.inputs[0]), m.attrs["axis"], is_min=m.op == "ARG_MIN", out_dtype=str(m.var.ty.dtype))
     return em.call(m, f, m.op.lower() + "_int8", [m.inputs[0]])
 
@@ -339,7 +338,7 @@ def _table(m: Match):
     return None
 
 
-def _lower_function(func: relax.Function, em: _Emitter, report: LoweringReport) -> relax.Function:
+def _lower_function(func: relax.Function, em: KernelEmitter, report: LoweringReport) -> relax.Function:
     view = FunctionView(func)
     replaced: dict = {}
     clipped = {view.value[v].args[0] for v in view.order

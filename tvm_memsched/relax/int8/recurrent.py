@@ -40,7 +40,7 @@ from tvm import te, tirx
 
 from .fixedpoint import quantize_multiplier
 from .kernels import Chain, finish
-from .tirmath import cast_i32, clamp, left_shift, rdbpot, right_shift_amount, srdhm
+from .tirmath import cast_i32, clamp
 
 __all__ = ["SIGMOID_TABLE", "sigmoid16", "tanh16", "tanh_params", "LstmParams", "lstm_params", "lstm_gates",
            "lstm_cell", "lstm_hidden", "svdf_features", "svdf_shift", "svdf_output"]
