@@ -46,3 +46,102 @@ def test_if_with_a_constant_condition_is_the_branch_it_takes(threshold, branch):
     mod = from_onnx_bytes(buf)
     got = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def _run_both(model, feeds: dict):
+    """(ours, onnxruntime's) outputs of ``model`` on ``feeds``."""
+    import tvm
+    from tvm import relax
+
+    buf = model.SerializeToString()
+    ref = ort.InferenceSession(buf, providers=["CPUExecutionProvider"]).run(None, feeds)
+    mod = from_onnx_bytes(buf)
+    names = [str(p.name) for p in mod["main"].params]
+    out = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())["main"](
+        *[tvm.runtime.tensor(feeds[n]) for n in names])
+    outs = [out] if hasattr(out, "numpy") else list(out)
+    return [np.asarray(o.numpy()) for o in outs], ref
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_a_constant_only_a_branch_reads_survives_folding(cond):
+    """Silero VAD's decoder: a Constant of the main graph read only inside an ``If`` on a run-time input
+    (was: dropped by the folding, the branch's Gather left without its index)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+
+    def branch(name, op):
+        nodes = [helper.make_node("Gather", ["x", "idx"], ["g_" + name], axis=0),
+                 helper.make_node(op, ["g_" + name], ["out_" + name])]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info("out_" + name, TensorProto.FLOAT,
+                                                                                 [1])])
+
+    nodes = [helper.make_node("Constant", [], ["idx"], value=numpy_helper.from_array(np.array([1], np.int64))),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("then", "Neg"),
+                              else_branch=branch("else", "Abs"))]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, c], [y]), opset_imports=[helper.make_opsetid("", 15)])
+    feeds = {"x": np.array([1.0, -2.0, 3.0, -4.0], np.float32), "c": np.array(cond)}
+    (got,), (ref,) = _run_both(model, feeds)
+    np.testing.assert_array_equal(got, ref)
+    assert got.tolist() == ([2.0] if cond else [2.0])
+
+
+def test_pads_computed_inside_nested_branches_fold():
+    """torch's ``F.pad`` export inside an ``If`` branch, itself inside a branch taken by a constant condition:
+    the pads (``Shape`` of a constant, ``Concat``, ``Transpose``, ``Reshape``) fold in the subgraphs, and the
+    inlined branch's nested ``If`` reads the renamed tensors."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12])
+
+    def inner(name, mode):
+        p = name + "_"
+        nodes = [helper.make_node("Shape", ["outer_two"], [p + "n"]),                          # [2]
+                 helper.make_node("Concat", ["outer_two", p + "n"], [p + "cat"], axis=0),       # [0, 2, 2]
+                 helper.make_node("Slice", [p + "cat", "s0", "s1"], [p + "zero"]),             # [0]
+                 helper.make_node("Concat", [p + "zero", p + "zero", p + "n", p + "n"], [p + "pp"], axis=0),
+                 helper.make_node("Reshape", [p + "pp", "shape22"], [p + "m"]),               # per axis
+                 helper.make_node("Transpose", [p + "m"], [p + "mt"], perm=[1, 0]),
+                 helper.make_node("Reshape", [p + "mt", "shape4"], [p + "pads"]),               # [0, 2, 0, 2]
+                 helper.make_node("Pad", ["x_in", p + "pads"], ["out_" + name], mode=mode)]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info("out_" + name, TensorProto.FLOAT,
+                                                                                 [1, 12])])
+
+    def outer(name):
+        nodes = [helper.make_node("Identity", ["x"], ["x_in"]),
+                 helper.make_node("Constant", [], ["outer_two"],
+                                  value=numpy_helper.from_array(np.array([0, 2], np.int64))),
+                 helper.make_node("If", ["c"], ["out_" + name], then_branch=inner(name + "_t", "reflect"),
+                                  else_branch=inner(name + "_e", "edge"))]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info("out_" + name, TensorProto.FLOAT,
+                                                                                 [1, 12])])
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             [("s0", [0]), ("s1", [1]), ("shape22", [2, 2]), ("shape4", [4]), ("k", 3)]]
+    nodes = [helper.make_node("Constant", [], ["three"], value=numpy_helper.from_array(np.array(3, np.int64))),
+             helper.make_node("Equal", ["three", "k"], ["always"]),
+             helper.make_node("If", ["always"], ["y"], then_branch=outer("then"), else_branch=outer("else"))]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, c], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 15)])
+    folded = fold_shapes(model)
+    pads = [n for g in [sub for n in folded.graph.node for a in n.attribute if a.HasField("g") for sub in [a.g]]
+            for n in g.node if n.op_type == "Pad"]
+    assert [n.op_type for n in folded.graph.node if n.op_type == "If"] == ["If"] and len(pads) == 2
+    for cond in (True, False):
+        feeds = {"x": np.arange(8, dtype=np.float32).reshape(1, 8), "c": np.array(cond)}
+        (got,), (ref,) = _run_both(model, feeds)
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_slice_of_opset_9_reads_its_attributes():
+    """AECMOS (opset 9): ``Slice`` with ``starts`` / ``ends`` / ``axes`` attributes, which TVM's converter reads
+    from inputs: the model is carried to opset 13 by ONNX's version converter first."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+    node = helper.make_node("Slice", ["x"], ["y"], axes=[0, 1], starts=[1, 1], ends=[3, 100])
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 9)])
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(4, 3)}
+    (got,), (ref,) = _run_both(model, feeds)
+    np.testing.assert_array_equal(got, ref)
+    assert got.tolist() == [[4.0, 5.0], [7.0, 8.0]]

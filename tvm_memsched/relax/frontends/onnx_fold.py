@@ -16,7 +16,9 @@ no static plan can hold. :func:`fold_shapes` replaces them by constants:
 
 Float computations and large tensors are left to TVM (they are data, not
 shapes). An ``If`` whose condition folds to a constant is replaced by the branch
-it takes (exporters write ``if x.shape[1] > 1:`` as one). The model computes
+it takes (exporters write ``if x.shape[1] > 1:`` as one). The subgraphs of
+``If``, ``Loop`` and ``Scan`` nodes are folded too, with the enclosing graph's
+constants in scope, and a constant only a subgraph reads is kept. The model computes
 exactly what it did; only the graph is simpler.
 
 Example
@@ -47,7 +49,7 @@ __all__ = ["fold_shapes", "FOLDABLE", "MAX_ELEMENTS"]
 FOLDABLE = frozenset({"Shape", "Size", "Gather", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Floor", "Ceil",
                       "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice", "Range", "Equal", "Less", "Greater",
                       "Not", "And", "Or", "Where", "Min", "Max", "ReduceProd", "ReduceSum", "Identity",
-                      "ConstantOfShape", "Expand", "Reshape", "Flatten", "Tile", "Constant"})
+                      "ConstantOfShape", "Expand", "Reshape", "Flatten", "Tile", "Constant", "Transpose"})
 #: largest integer result folded
 MAX_ELEMENTS = 64
 
@@ -70,7 +72,16 @@ def _static_shapes(model) -> dict:
     except Exception:  # inference is best effort: without it only Constants and initializers fold
         return {}
     out = {}
-    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+    infos = []
+
+    def collect(g):
+        infos.extend(list(g.input) + list(g.value_info) + list(g.output))
+        for n in g.node:
+            for sub in _subgraphs(n):
+                collect(sub)
+
+    collect(inferred.graph)
+    for vi in infos:
         t = vi.type.tensor_type
         if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
             out[vi.name] = [int(d.dim_value) for d in t.shape.dim]
@@ -167,20 +178,67 @@ def _taken_branch(node, cond: bool, graph) -> list:
         c.input.extend(rename(i) if i else i for i in n.input)
         del c.output[:]
         c.output.extend(rename(o) for o in n.output)
+        for sub in _subgraphs(c):       # nested branches and loop bodies read the branch's tensors by name
+            _rename_reads(sub, rename)
         out.append(c)
     for res, o in zip(branch.output, node.output):
         out.append(helper.make_node("Identity", [rename(res.name)], [o], name=f"{prefix}{o}"))
     return out
 
 
+def _rename_reads(g, rename) -> None:
+    """Rename, in place, what graph ``g`` (and the graphs nested in it) reads from enclosing scopes."""
+    own = {t.name for t in g.initializer} | {i.name for i in g.input} | {o for n in g.node for o in n.output}
+
+    def outer(name):
+        return name if not name or name in own else rename(name)
+
+    for n in g.node:
+        ins = [outer(i) for i in n.input]
+        del n.input[:]
+        n.input.extend(ins)
+        for sub in _subgraphs(n):
+            _rename_reads(sub, outer)
+    for o in g.output:
+        o.name = outer(o.name)
+
+
 def _fold_round(model) -> bool:
-    """One round of shape inference and folding, in place; True if a node was folded."""
+    """One round of shape inference and folding, in place, in the main graph and in the subgraphs of its
+    ``If`` / ``Loop`` / ``Scan`` nodes; True if a node was folded."""
+    opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [17])
+    return _fold_graph(model.graph, {}, _static_shapes(model), opset)
+
+
+def _subgraphs(node) -> list:
+    """The graphs held by ``node``'s attributes (an ``If``'s branches, a ``Loop``'s or ``Scan``'s body)."""
+    out = []
+    for a in node.attribute:
+        if a.HasField("g"):
+            out.append(a.g)
+        out.extend(a.graphs)
+    return out
+
+
+def _outer_reads(node) -> set:
+    """Every tensor name the subgraphs of ``node`` read (their own tensors included: over-counting only keeps
+    an initializer that is not needed)."""
+    names = set()
+    for g in _subgraphs(node):
+        for n in g.node:
+            names.update(i for i in n.input if i)
+            names |= _outer_reads(n)
+        names.update(o.name for o in g.output)
+    return names
+
+
+def _fold_graph(g, outer: dict, shapes: dict, opset: int) -> bool:
+    """Fold the nodes of graph ``g`` (``outer``: the constants of the enclosing scopes, which a subgraph
+    reads), then of the subgraphs of the nodes it keeps; True if anything changed."""
     from onnx import numpy_helper
 
-    opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [17])
-    g = model.graph
-    values = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    shapes = _static_shapes(model)
+    values = dict(outer)
+    values.update({t.name: numpy_helper.to_array(t) for t in g.initializer})
     keep, folded = [], []
     graph_outputs = {o.name for o in g.output}
     inlined = False
@@ -194,10 +252,14 @@ def _fold_round(model) -> bool:
             keep.append(node)
             continue
         ins = [i for i in node.input if i]
-        if node.op_type == "Shape" and ins and ins[0] in shapes and not node.attribute:
-            outs = [np.array(shapes[ins[0]], np.int64)]
-        elif node.op_type == "Size" and ins and ins[0] in shapes:
-            outs = [np.array(int(np.prod(shapes[ins[0]])), np.int64)]
+        if node.op_type in ("Shape", "Size") and ins and ins[0] not in shapes and ins[0] in values:
+            shape = list(values[ins[0]].shape)          # of a constant: its own shape
+        else:
+            shape = shapes.get(ins[0]) if ins else None
+        if node.op_type == "Shape" and shape is not None and not node.attribute:
+            outs = [np.array(shape, np.int64)]
+        elif node.op_type == "Size" and shape is not None:
+            outs = [np.array(int(np.prod(shape)), np.int64)]
         elif all(i in values for i in ins) and node.op_type not in ("Shape", "Size"):
             if _too_big(node, values, shapes):   # never evaluate a size bomb to find out
                 keep.append(node)
@@ -216,10 +278,15 @@ def _fold_round(model) -> bool:
         for name, arr in zip(node.output, outs):
             values[name] = arr
             folded.append(numpy_helper.from_array(arr, name))
-    if not folded and not inlined:
-        return False
-    used = {i for n in keep for i in n.input} | graph_outputs
-    del g.node[:]
-    g.node.extend(keep)
-    g.initializer.extend(t for t in folded if t.name in used)
-    return True
+    changed = bool(folded) or inlined
+    if changed:
+        used = {i for n in keep for i in n.input} | graph_outputs
+        for n in keep:
+            used |= _outer_reads(n)     # constants only a branch or a loop body reads stay
+        del g.node[:]
+        g.node.extend(keep)
+        g.initializer.extend(t for t in folded if t.name in used)
+    for n in g.node:
+        for sub in _subgraphs(n):
+            changed |= _fold_graph(sub, values, shapes, opset)
+    return changed

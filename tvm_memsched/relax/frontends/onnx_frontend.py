@@ -37,7 +37,7 @@ from .native_log import quiet_import
 from .onnx_data import check_activation_sizes, resolve_tensors
 from .onnx_fold import fold_shapes
 
-__all__ = ["from_onnx_bytes", "unknown_dims_to_symbols"]
+__all__ = ["from_onnx_bytes", "unknown_dims_to_symbols", "upgrade_opset", "MIN_OPSET"]
 
 
 @contextlib.contextmanager
@@ -58,6 +58,36 @@ def _our_converters():
         yield
     finally:
         onnx_frontend._get_convert_map = original
+
+
+#: the oldest default-domain opset TVM's ONNX frontend is written for (most converters have only ``_impl_v13``)
+MIN_OPSET = 13
+
+
+def upgrade_opset(model):
+    """``model`` in opset :data:`MIN_OPSET` if it is older (ONNX's version converter: a Slice of opset 9 reads
+    its bounds from attributes, which TVM's converter takes from inputs), else as it is. A model the version
+    converter cannot carry over is returned unchanged: TVM then imports what it can, and says what it cannot.
+
+    >>> import onnx
+    >>> from onnx import TensorProto, helper
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    >>> node = helper.make_node("Slice", ["x"], ["y"], axes=[0], starts=[0], ends=[2])
+    >>> m = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 9)])
+    >>> up = upgrade_opset(m)
+    >>> up.opset_import[0].version, len(up.graph.node[0].input)
+    (13, 4)
+    """
+    from onnx import version_converter
+
+    opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [MIN_OPSET])
+    if opset >= MIN_OPSET:
+        return model
+    try:
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception:   # the converter's adapters refuse some operators and attributes: keep the file's opset
+        return model
 
 
 def unknown_dims_to_symbols(model) -> int:
@@ -108,6 +138,7 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
     if not len(model.opset_import):
         raise InputFileError(f"{what} is not a complete ONNX model (no opset_import; truncated file?)")
     resolve_tensors(model, base_dir, what)
+    model = upgrade_opset(model)
     unknown_dims_to_symbols(model)
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]
