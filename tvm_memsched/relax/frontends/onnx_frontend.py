@@ -76,8 +76,8 @@ def upgrade_opset(model):
     >>> node = helper.make_node("Slice", ["x"], ["y"], axes=[0], starts=[0], ends=[2])
     >>> m = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 9)])
     >>> up = upgrade_opset(m)
-    >>> up.opset_import[0].version, len(up.graph.node[0].input)
-    (13, 4)
+    >>> up.opset_import[0].version, [(n.op_type, len(n.input)) for n in up.graph.node][-1]
+    (13, ('Slice', 4))
     """
     from onnx import version_converter
 

@@ -15,7 +15,7 @@ Nothing is folded when LiteRT is not installed or cannot run the file; the model
 Example
 -------
 >>> sorted(FOLDABLE)[:4]
-['ADD', 'ARG_MAX', 'ARG_MIN', 'BROADCAST_ARGS']
+['ABS', 'ADD', 'ARG_MAX', 'ARG_MIN']
 """
 
 from __future__ import annotations

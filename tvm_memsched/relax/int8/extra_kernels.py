@@ -33,7 +33,7 @@ the row loop and per-element values under the innermost loop
 Example
 -------
 >>> f = compare((1, 4), (1, 4), (1, 4), "greater", a=(1, 1 << 30, -1), b=(0, 1 << 30, -1))
->>> [str(p.name) for p in f.params], str(f.buffer_map[f.params[-1]].dtype)
+>>> [str(p.name) for p in f.params], str(f.params[-1].ty.dtype)
 (['a', 'b', 'y'], 'bool')
 """
 
