@@ -87,6 +87,29 @@ def test_every_batch_norm_spelling_becomes_the_same_plain_arithmetic_bit_for_bit
     assert np.array_equal(_run(fold_affine_chains(_module(_batch_norm))[0], x), ref)
 
 
+def _reversed_subtract(bb, x):
+    """``(1 - x) * gamma``: the constant on the left of the subtraction (a GRU's ``1 - z``), cast from float16
+    as a float16 model's constants are (not a plain constant: exact mode rewrites the chain)."""
+    one = bb.emit(relax.op.astype(relax.const(np.float16(1.0)), "float32"))
+    h = bb.emit(relax.op.subtract(one, x))
+    return bb.emit(relax.op.multiply(h, _c(STATS[0].reshape(1, 4, 1, 1))))
+
+
+@pytest.mark.parametrize("mode", ["exact", "scale_shift"])
+def test_a_constant_minus_the_tensor_folds(mode):
+    """``c - x`` is a step of the chain (negated scale); in exact mode it stays ``c - x`` (was: an operator
+    ``rsubtract`` Relax does not have, a traceback on a float16 GRU)."""
+    mod = _module(_reversed_subtract)
+    new, report = fold_affine_chains(mod, mode)
+    x = _x()
+    ref = _run(mod, x)
+    if mode == "exact":
+        assert np.array_equal(_run(new, x), ref)
+    else:
+        assert [r.form for r in report] == [["multiply", "add"]]
+        np.testing.assert_allclose(_run(new, x), ref, rtol=1e-6, atol=1e-6)
+
+
 def test_scale_shift_is_one_multiply_and_add_within_rounding():
     mod = _module(_decomposed)
     new, report = fold_affine_chains(mod, "scale_shift")

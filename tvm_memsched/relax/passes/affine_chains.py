@@ -326,7 +326,8 @@ def _rewrite(chain, mode: str, into_conv: bool, var2val, uses):
             return None
         expr = x
         for op, c in ops:
-            expr = getattr(relax.op, op)(expr, relax.const(np.ascontiguousarray(c), dtype))
+            const = relax.const(np.ascontiguousarray(c), dtype)
+            expr = relax.op.subtract(const, expr) if op == "rsubtract" else getattr(relax.op, op)(expr, const)
         return expr, [op for op, _ in ops]
     scale, shift = _scale_shift(chain, dtype)
     full = [shape[k] if k == next((s.axis for s in chain if s.axis is not None), -1) else 1
