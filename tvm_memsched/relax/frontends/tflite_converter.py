@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax.frontend.tflite.tflite_frontend import ExprTable
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter as _TVMConverter
 
 from ..int8.params import act_range
@@ -571,9 +572,31 @@ class OperatorConverter(Int8ValueOps, _TVMConverter):
         from tflite.TensorType import TensorType
 
         (x_t,) = self.get_input_tensors(op)
+        if self.conversion_state.get("in_call_once_init"):   # an initial value: a constant, as TVM requires
+            if x_t.buffer is None or not x_t.buffer.DataLength():
+                raise tvm.error.OpNotImplemented(f"DEQUANTIZE of computed tensor '{_name(x_t)}' in a CALL_ONCE "
+                                                 "initialisation subgraph: only constants are supported")
+            return relax.const(self._dequantize_value(x_t), "float32")
         if x_t.tensor.Type() == TensorType.FLOAT16:
             return relax.op.astype(self.get_tensor_expr(x_t), "float32")
         return super().convert_dequantize(op)
+
+    def _convert_call_once_init_subgraph(self, init_subgraph):
+        """TVM's, also with DEQUANTIZE of constants (a float16 model's initial values: ``VAR_HANDLE ->
+        DEQUANTIZE(float16 constant) -> ASSIGN_VARIABLE``), each imported as its float32 constant."""
+        supported = {"VAR_HANDLE", "ASSIGN_VARIABLE", "HASHTABLE", "HASHTABLE_IMPORT", "DEQUANTIZE"}
+        for i in range(init_subgraph.OperatorsLength()):
+            name = self.get_op_code_str(init_subgraph.Operators(i))
+            if name not in supported:
+                raise tvm.error.OpNotImplemented(f"CALL_ONCE init subgraph operator {name} is not supported")
+        old = self.conversion_state["in_call_once_init"]
+        self.conversion_state["in_call_once_init"] = True
+        try:
+            sub = type(self)(self.model, init_subgraph, ExprTable(), self.bb, self.conversion_state)
+            sub.check_unsupported_ops()
+            sub.convert_op_to_relax()
+        finally:
+            self.conversion_state["in_call_once_init"] = old
 
     def convert_reshape(self, op):
         """RESHAPE to its shape operand's value - a constant, or shape arithmetic folded at import
@@ -643,20 +666,25 @@ class OperatorConverter(Int8ValueOps, _TVMConverter):
         return super().get_tensor_value(tw, is_sparse)
 
     def _dequantized_constant(self, tensor_idx: int):
-        producers = self.conversion_state.setdefault("tvm_memsched_producers", None)
+        cache = self.conversion_state.setdefault("tvm_memsched_producers", {})   # per subgraph
+        producers = cache.get(self.subgraph._tab.Pos)
         if producers is None:
             producers = {}
             for i in range(self.subgraph.OperatorsLength()):
                 o = self.subgraph.Operators(i)
                 for t in o.OutputsAsNumpy():
                     producers[int(t)] = o
-            self.conversion_state["tvm_memsched_producers"] = producers
+            cache[self.subgraph._tab.Pos] = producers
         o = producers.get(int(tensor_idx))
         if o is None or self.get_op_code_str(o) != "DEQUANTIZE":
             return None
         (src,) = self.get_tensors(o.InputsAsNumpy()[:1])
         if src.buffer is None or not src.buffer.DataLength():
             return None
+        return self._dequantize_value(src)
+
+    def _dequantize_value(self, src):
+        """The float32 value of the constant tensor ``src`` (float16, or quantized per tensor or channel)."""
         value = super().get_tensor_value(src)
         if src.qnn_params is None:
             return np.asarray(value, np.float32)                   # float16 -> float32
