@@ -81,7 +81,7 @@ def write_matrix(rows: list, out: str, summary: str, seconds: float, jobs: int) 
              "(`llvm`, integer kernels for quantized operators) and run on inputs in the manifest's ranges "
              "(three invocations for stateful models), against TFLite Micro's interpreter (the `tflite-micro` "
              "wheel) bit for bit for int8 and int16x8, or LiteRT's reference kernels where TFLite Micro refuses "
-             "the file and for hybrid and float16 files. `ok`: equal (float kinds within 1e-4 relative); `≠`: "
+             "the file and for hybrid and float16 files. `ok`: equal (float kinds within 1e-4 of the largest reference value, at least 1e-4); `≠`: "
              "differs; `✗`: our import or build fails; `n/a`: no reference runtime runs the file (not counted).",
              "", f"**{len(ok)} of {len(counted)}** files that a reference runtime runs give its outputs "
              f"({summary}; {len(rows)} files).", "",

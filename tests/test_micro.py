@@ -147,6 +147,21 @@ def test_host_run_matches_tvm(make, tmp_path):
     assert len(r.outputs) == len(exp.program.outputs)
 
 
+def test_host_run_of_a_scalar_input(tmp_path):
+    """A rank-0 input (Silero VAD's sample rate) keeps its shape [] from the random inputs to the C program
+    (was: made one-dimensional on the way, and refused)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([4], "float32"))
+    k = relax.Var("k", relax.TensorType([], "float32"))
+    with bb.function("main", [x, k]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.multiply(x, k))
+        bb.emit_func_output(y)
+    exp = micro.export(bb.get(), "mps2-an386", str(tmp_path), measure=False)
+    r = micro.run_host(exp)
+    assert r.ok, r.summary()
+
+
 def test_host_run_with_weights_as_inputs(tmp_path):
     mod, weights = params_as_inputs()
     exp = micro.export(mod, "mps2-an386", str(tmp_path), measure=False)

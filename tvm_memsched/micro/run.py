@@ -169,7 +169,7 @@ def _check_inputs(exp: MicroExport, inputs) -> list[np.ndarray]:
         raise MemschedError(f"model '{exp.name}' takes {len(spec)} input(s), got {len(inputs)}")
     out = []
     for a, (name, shape, dtype) in zip(inputs, spec):
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a, order="C")          # (ascontiguousarray makes a scalar 1-d)
         if tuple(a.shape) != tuple(shape) or str(a.dtype) != dtype:
             raise MemschedError(f"input '{name}' must be {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
         out.append(a)
