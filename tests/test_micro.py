@@ -334,6 +334,14 @@ def test_board_without_qemu(tmp_path):
 
 
 # ----------------------------------------------------------------------- CLI
+def test_cli_micro_names_tflite_control_flow(tmp_path, capsys):
+    """A .tflite IF on a computed condition (openWakeWord's head, as onnx-tf writes an ONNX If): exit code 2 and
+    the operator named, not TVM's name for the subgraph's function alone."""
+    path = os.path.join(os.path.dirname(__file__), "data", "coverage", "if.float32.tflite")
+    assert cli_main(["micro", path, "--board", "mps2-an386", "--out", str(tmp_path / "if")]) == 2
+    assert "control flow (TFLite IF" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_cli_micro(tmp_path, capsys):
     assert cli_main(["micro", "--list-boards"]) == 0
