@@ -661,12 +661,10 @@ class _Translator:
         gv = call.op
         name = gv.name_hint
         if name not in self.kernels.symbols:
-            kind = "IF" if name.startswith("tflite_if") else "WHILE" if name.startswith("tflite_while") else None
-            if kind:                    # TVM's TFLite importer writes IF / WHILE subgraphs as Relax functions
-                raise UnsupportedError(f"control flow (TFLite {kind}, imported as Relax function '{name}') is not "
-                                       "supported by the C export")
-            raise UnsupportedError(f"call to '{name}', which is not a TIR kernel (calls to other Relax "
-                                   "functions are not supported by the C export)")
+            flow = name[7:].split("_")[0].upper() if name.startswith(("tflite_if", "tflite_while")) else None
+            raise UnsupportedError(f"control flow (TFLite {flow}, imported as Relax function '{name}') is not "
+                                   "supported by the C export" if flow else f"call to '{name}', which is not a TIR "
+                                   "kernel (calls to other Relax functions are not supported by the C export)")
         args = []
         for a in call.args:
             if isinstance(a, (relax.Var, tvm.ir.Constant)):

@@ -42,7 +42,7 @@ from __future__ import annotations
 import tvm
 from tvm import te, tirx
 
-from .kernels import OPAQUE, Chain, Requant, finish
+from .kernels import OPAQUE, Chain, Requant, finish, reduced_index
 from .tirmath import cast_i32, clamp, i64, rdbpot, srdhm
 
 __all__ = ["squared_difference", "compare", "div", "resize_bilinear", "l2_normalization", "log_softmax",
@@ -410,16 +410,7 @@ def reduce_prod(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mul
     product = te.comm_reducer(combine, lambda dtype: first, name="quantized_prod")
 
     def index(out_idx):
-        out_idx, idx, ri, oi = list(out_idx), [], 0, 0
-        for k in range(len(x_shape)):
-            if k in axes:
-                idx.append(red[ri])
-                ri += 1
-                oi += int(keepdims)
-            else:
-                idx.append(out_idx[oi])
-                oi += 1
-        return tuple(idx)
+        return reduced_index(x_shape, axes, keepdims, red, out_idx)
 
     acc = te.compute(out_shape, lambda *i: product(i64(cast_i32(x[index(i)]) + _c(in_offset)), axis=red),
                      name="acc")

@@ -42,7 +42,7 @@ from .tirmath import cast_i32, clamp, left_shift, mbqm64, rdbpot, right_shift_am
 
 __all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d", "transpose_conv2d",
            "mean", "quantize", "prelu", "softmax", "batch_matmul", "schedule_reductions", "finish", "OPAQUE",
-           "broadcast_index"]
+           "broadcast_index", "reduced_index"]
 
 #: TVM's ``OpPatternKind::kOpaque``
 OPAQUE = 8
@@ -711,3 +711,18 @@ def softmax(shape, *, exp_table, sum_table, name: str = "softmax_int8") -> tvm.t
         sch.compute_at(blk, at, preserve_unit_loops=False)     # (default scope: see schedule_reductions)
     return sch.mod["main"].with_attr("op_pattern", OPAQUE).with_attr("global_symbol", name).with_attr(
         "tvm_memsched.int8", name)
+
+
+def reduced_index(x_shape, axes, keepdims: bool, red, out_idx) -> tuple:
+    """The input index a reduction over ``axes`` reads for output index ``out_idx`` (``red``: the reduce axes;
+    ``keepdims``: the output keeps the reduced axes as 1s)."""
+    idx, ri, oi = [], 0, 0
+    for k in range(len(x_shape)):
+        if k in axes:
+            idx.append(red[ri])
+            ri += 1
+            oi += int(keepdims)
+        else:
+            idx.append(out_idx[oi])
+            oi += 1
+    return tuple(idx)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import tvm
 from tvm import te, tirx
 
-from .kernels import OPAQUE, Chain, broadcast_index, finish
+from .kernels import OPAQUE, Chain, broadcast_index, finish, reduced_index
 from .tirmath import cast_i32, clamp, clz32, mbqm64, rdbpot, saturating_left_shift, srdhm
 
 __all__ = ["rescale", "clip", "sigmoid16", "lut16", "softmax16", "rsqrt16", "squared_difference16", "minmax",
@@ -261,19 +261,6 @@ def minmax(a_shape, b_shape, out_shape, dtype: str, maximum: bool, name: str = "
     return finish([a, b, y], name)
 
 
-def _reduced_index(x_shape, axes, keepdims: bool, red, out_idx):
-    idx, ri, oi = [], 0, 0
-    for k in range(len(x_shape)):
-        if k in axes:
-            idx.append(red[ri])
-            ri += 1
-            oi += int(keepdims)
-        else:
-            idx.append(out_idx[oi])
-            oi += 1
-    return tuple(idx)
-
-
 def reduce_minmax(x_shape, axes, out_shape, keepdims: bool, dtype: str, maximum: bool,
                   name: str = "reduce_max_int16") -> tvm.tirx.PrimFunc:
     """REDUCE_MAX / REDUCE_MIN of an integer tensor over ``axes`` (input and output equally quantized)."""
@@ -281,7 +268,7 @@ def reduce_minmax(x_shape, axes, out_shape, keepdims: bool, dtype: str, maximum:
     axes = sorted(a % len(x_shape) for a in axes)
     red = [te.reduce_axis((0, x_shape[a]), f"r{a}") for a in axes]
     fn = te.max if maximum else te.min
-    y = te.compute(out_shape, lambda *i: fn(x[_reduced_index(x_shape, axes, keepdims, red, i)], axis=red),
+    y = te.compute(out_shape, lambda *i: fn(x[reduced_index(x_shape, axes, keepdims, red, i)], axis=red),
                    name="y")
     return finish([x, y], name)
 
@@ -304,7 +291,7 @@ def reduce_prod(x_shape, axes, out_shape, keepdims: bool, *, in_offset: int, mul
 
     reducer = te.comm_reducer(combine, identity, name="sequential_product")
     acc, _ = te.compute(out_shape, lambda *i: reducer(
-        (cast_i32(x[_reduced_index(x_shape, axes, keepdims, red, i)]) + _c(in_offset), _c(1)), axis=red),
+        (cast_i32(x[reduced_index(x_shape, axes, keepdims, red, i)]) + _c(in_offset), _c(1)), axis=red),
         name="acc")
     lo, hi = dtype_range(dtype)
     y = te.compute(out_shape, lambda *i: clamp(mbqm64(acc[i].astype("int64"), multiplier, shift) + _c(out_offset),

@@ -37,13 +37,12 @@ import math
 
 import numpy as np
 
-from .fixedpoint import (FixedPoint, count_leading_zeros, multiply_by_quantized_multiplier, quantize_multiplier,
-                         tflite_round, wrap16)
+from .fixedpoint import inv_sqrt_multiplier, multiply_by_quantized_multiplier, quantize_multiplier, tflite_round, wrap16
 from .params import f32
 
 __all__ = ["SIGMOID_TABLE_UINT16", "expf", "logf", "checked_log2", "sigmoid_params", "logistic16", "tanh16",
            "lut16", "lut16_lookup", "softmax16_params", "exp16_table", "log16_table", "abs16_params",
-           "rsqrt16_params", "inv_sqrt_multiplier_exp", "rsqrt16", "squared_difference16_params",
+           "rsqrt16_params", "rsqrt16", "squared_difference16_params",
            "resize_scale_10", "prod_scaling"]
 
 #: TFLite's ``sigmoid_table_uint16``: sigmoid(i / 24) in Q0.16, the table LOGISTIC and TANH int16 interpolate
@@ -218,40 +217,13 @@ def rsqrt16_params(input_scale, output_scale) -> tuple[int, int]:
     return quantize_multiplier(1.0 / (math.sqrt(f32(input_scale)) * f32(output_scale)))
 
 
-def inv_sqrt_multiplier_exp(value: int, reverse_shift: int = -1) -> tuple[int, int]:
-    """``tflite::GetInvSqrtQuantizedMultiplierExp``: Newton-Raphson ``1 / sqrt(value)`` as a multiplier and
-    shift."""
-    if value <= 1:
-        return (1 << 31) - 1, 0
-    shift = 11
-    while value >= (1 << 29):
-        value //= 4
-        shift += 1
-    pairs = (count_leading_zeros(value) - 1) // 2 - 1
-    shift -= pairs
-    value <<= 2 * pairs
-    x_in = FixedPoint(value >> 1, 3)
-    half_input = x_in.srmbpot(-1)
-    half_three = FixedPoint((1 << 28) + (1 << 27), 3)
-    x = FixedPoint.one(3)
-    for _ in range(5):
-        x3 = (x * x * x).rescale(3)
-        x = (half_three * x - half_input * x3).rescale(3)
-    x = x * FixedPoint(1518500250, 0)
-    raw = x.raw
-    if shift < 0:
-        raw <<= -shift
-        shift = 0
-    return raw, shift * reverse_shift
-
-
 def rsqrt16(v: int, input_zero_point: int, multiplier: int, shift: int, output_zero_point: int,
             lo: int = -32768, hi: int = 32767) -> int:
     """``RsqrtEvalQuantized`` (TFLite Micro) of one value."""
     value = int(v) - int(input_zero_point)
     if value == 0:
         return hi
-    inv_mult, inv_shift = inv_sqrt_multiplier_exp(value)
+    inv_mult, inv_shift = inv_sqrt_multiplier(value)
     data = multiply_by_quantized_multiplier(1, inv_mult, inv_shift + 20)
     out = multiply_by_quantized_multiplier(data, multiplier, shift - 20) + int(output_zero_point)
     return min(max(out, lo), hi)
