@@ -162,6 +162,21 @@ def test_host_run_of_a_scalar_input(tmp_path):
     assert r.ok, r.summary()
 
 
+def test_host_run_of_a_clamp_to_infinity(tmp_path):
+    """A float clamp with an open end (a fused activation's range up to infinity, openWakeWord's mel
+    spectrogram): TVM's C output prints it ``inff``, which is no C; the export compiles it as ``INFINITY``."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([8], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.clip(relax.op.exp(x), 1e-10, float("inf")))
+        bb.emit_func_output(y)
+    exp = micro.export(bb.get(), "mps2-an386", str(tmp_path), measure=False)
+    assert "inff" not in open(exp.files["kernels"]).read()
+    r = micro.run_host(exp)
+    assert r.ok, r.summary()
+
+
 def test_host_run_with_weights_as_inputs(tmp_path):
     mod, weights = params_as_inputs()
     exp = micro.export(mod, "mps2-an386", str(tmp_path), measure=False)

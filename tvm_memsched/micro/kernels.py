@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["KernelModule", "compile_kernels", "c_identifier", "library_args", "workspace_requests", "workspace_need",
+__all__ = ["KernelModule", "compile_kernels", "c_identifier", "library_args", "workspace_requests", "workspace_need", "c_special_floats",
            "workspace_align", "SUPPORTED_DTYPES"]
 
 #: tensor dtypes the C export handles (C has no portable half / bfloat16 / fp8 type)
@@ -155,6 +155,7 @@ _HEADER = """\
  * Packed calling convention: int32_t __tvm_ffi_<name>(void* self, TVMFFIAny* args, int32_t n, TVMFFIAny* ret)
  * with DLTensor* arguments (type index kTVMFFIDLTensorPtr). Assertions are compiled out.
  * Workspace comes from TVMBackendAllocWorkspace (tvm_memsched_rt.c); no heap is used. */
+#include <math.h>
 #define __tvm_ffi__library_ctx {prefix}_tvm_library_ctx
 #define __tvm_ffi_main {prefix}_tvm_main
 /* TVM's output declares shape/stride variables it does not use when assertions are off */
@@ -169,6 +170,18 @@ _HEADER = """\
 #pragma GCC diagnostic ignored "-Wunused-function"
 #endif
 """
+
+
+def c_special_floats(source: str) -> str:
+    """TVM's C output with its infinite and NaN float immediates, which it prints as ``inff`` / ``nanf`` (not C),
+    written as ``INFINITY`` / ``NAN`` (math.h): a clamp to float32's range in a model's kernels otherwise fails to
+    compile.
+
+    >>> c_special_floats("v = (x < inff) ? x : inff; w = -inff; nanf(s); y = nanf;")
+    'v = (x < INFINITY) ? x : INFINITY; w = -INFINITY; nanf(s); y = NAN;'
+    """
+    source = re.sub(r"(?<![\w.])inff(?![\w(])", "INFINITY", source)
+    return re.sub(r"(?<![\w.])nanf(?![\w(])", "NAN", source)
 
 
 _LIBRARY_PART = """
@@ -262,7 +275,7 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
             lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
             raise UnsupportedError(f"TVM's C code generator cannot compile the kernels: "
                                    f"{lines[-1] if lines else type(e).__name__}") from None
-        body = lib.inspect_source()
+        body = c_special_floats(lib.inspect_source())
     if library:
         body += _LIBRARY_PART + "\n".join(_library_wrappers(library, names, symbols))
     reqs = workspace_requests(lib.inspect_source()) if funcs else {}

@@ -411,6 +411,8 @@ def _fits(params: dict) -> bool:
 
 def _c_value(v) -> str:
     if isinstance(v, float):
+        if math.isinf(v) or math.isnan(v):      # an open activation range (math.h)
+            return "NAN" if math.isnan(v) else "INFINITY" if v > 0 else "-INFINITY"
         return float(np.float32(v)).hex() + "f"     # exact: the float32 the model holds
     return str(int(v))
 
