@@ -2,15 +2,14 @@
 TFLiteConverter) that a reference runtime runs gives that runtime's outputs in our build - bit for bit
 for integer kinds against TFLite Micro (LiteRT's reference kernels where TFLite Micro refuses the file) -
 or fails with the named error listed in :data:`KNOWN` and its reason. ``docs/bench/coverage`` has the
-same files through ``compare`` and ``micro --run`` (scripts/bench_coverage.py)."""
+same files through ``compare`` and ``micro --run`` (scripts/bench_coverage.py). In the quick subset (one test per
+operator family and kind, tiny shapes: ~4 minutes of the suite on 2 cores)."""
 
 import re
 
 import pytest
 
 import coverage_models as C
-
-pytestmark = pytest.mark.slow
 
 #: files that do not run as their reference does yet: file -> (a regex the verdict's detail must match, why)
 KNOWN = {
