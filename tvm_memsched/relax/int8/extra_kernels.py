@@ -42,7 +42,7 @@ from __future__ import annotations
 import tvm
 from tvm import te, tirx
 
-from .kernels import OPAQUE, Chain, Requant, finish, reduced_index
+from .kernels import OPAQUE, Chain, Requant, finish, leading_zeros, reduced_index
 from .tirmath import cast_i32, clamp, i64, rdbpot, srdhm
 
 __all__ = ["squared_difference", "compare", "div", "resize_bilinear", "l2_normalization", "log_softmax",
@@ -221,24 +221,10 @@ def _srmbpot(x, exponent: int):
                        tirx.Select(x < _c(-threshold), _c(-(1 << 31)), x << _c(exponent)))
 
 
-def _clz32(rows: Chain, value):
-    """Leading zero bits of a positive int32 tensor (binary search on int64): a tensor of ``rows``."""
-    def step(pn, pv, bits):
-        limit = tirx.const((1 << (32 - bits)) - 1, "int64")
-        n = rows(lambda *r: tirx.Select(pv[r] <= limit, pn[r] + _c(bits), pn[r]))
-        v = rows(lambda *r: tirx.Select(pv[r] <= limit, pv[r] << tirx.const(bits, "int64"), pv[r]))
-        return n, v
-
-    n, v = rows(lambda *r: _c(0)), rows(lambda *r: value[r].astype("int64"))
-    for bits in (16, 8, 4, 2, 1):
-        n, v = step(n, v, bits)
-    return n
-
-
 def _inv_sqrt(rows: Chain, acc):
     """TFLite's ``GetInvSqrtQuantizedMultiplierExp(acc, kReverseShift)`` for int32 ``acc`` in ``[0, 2**29)``:
     ``(multiplier, shift)`` tensors of ``rows``."""
-    clz = _clz32(rows, rows(lambda *r: tirx.max(acc[r], _c(2))))
+    clz = leading_zeros(rows, rows(lambda *r: tirx.max(acc[r], _c(2))))
     pairs = rows(lambda *r: tirx.truncdiv(clz[r] - _c(1), _c(2)) - _c(1))
     shifted = rows(lambda *r: acc[r] << (_c(2) * pairs[r]))
     half_in = rows(lambda *r: rdbpot(shifted[r] >> _c(1), 1))
@@ -328,12 +314,12 @@ def _log_x_ge_1(rows: Chain, z, input_bits: int, output_bits: int):
     sqrt_half, sqrt_sqrt_half, log_2 = _c(1518500250), _c(1805811301), _c(1488522236)
     alpha_n, alpha_d, alpha_i, alpha_f = _c(117049297), _c(127690142), _c(1057819769), _c(638450708)
     quarter = i64(_c(536870912 >> accum))               # Rescale<accum>(1/4): exact
-    clz_a = _clz32(rows, z)
+    clz_a = leading_zeros(rows, z)
     r_a_tmp = rows(lambda *r: _srmbpot_param(z[r], clz_a[r] - _c(1)))
     r_a = rows(lambda *r: _srmbpot_param(srdhm(r_a_tmp[r], sqrt_half, saturate=True), _c(1)))
     adj_a = rows(lambda *r: _saturate32(i64(_srmbpot_param(_c(input_bits) - clz_a[r], _c(31 - accum))) + quarter))
     z_b = rows(lambda *r: srdhm(z[r], sqrt_half, saturate=True))
-    clz_b = _clz32(rows, z_b)
+    clz_b = leading_zeros(rows, z_b)
     head_b = rows(lambda *r: clz_b[r] - _c(1))
     r_b = rows(lambda *r: _srmbpot_param(z[r], head_b[r]))
     adj_b = rows(lambda *r: _saturate32(i64(_srmbpot_param(_c(input_bits) - head_b[r], _c(31 - accum))) - quarter))

@@ -42,7 +42,7 @@ from .tirmath import cast_i32, clamp, left_shift, mbqm64, rdbpot, right_shift_am
 
 __all__ = ["Requant", "Chain", "DESCRIPTION", "description", "channel_table", "conv2d", "dense", "lut", "binary_add", "binary_mul", "avg_pool2d", "max_pool2d", "transpose_conv2d",
            "mean", "quantize", "prelu", "softmax", "batch_matmul", "schedule_reductions", "finish", "OPAQUE",
-           "broadcast_index", "reduced_index"]
+           "broadcast_index", "reduced_index", "leading_zeros"]
 
 #: TVM's ``OpPatternKind::kOpaque``
 OPAQUE = 8
@@ -664,17 +664,7 @@ def softmax(shape, *, exp_table, sum_table, name: str = "softmax_int8") -> tvm.t
     total = te.compute(outer, lambda *r: te.sum(tsum[cast_i32(x[(*r, k2)]) - mx[r] + _i8(255)], axis=k2),
                        name="row_sum")
     rows = Chain(outer, prefix="row_t")
-    # GetReciprocal(total, 12): count leading zeros of the (positive) sum by binary search
-    def clz_step(pn, pv, bits):          # on int64 values in [1, 2**32)
-        limit = tirx.const((1 << (32 - bits)) - 1, "int64")
-        n = rows(lambda *r: tirx.Select(pv[r] <= limit, pn[r] + _i8(bits), pn[r]))
-        v = rows(lambda *r: tirx.Select(pv[r] <= limit, pv[r] << tirx.const(bits, "int64"), pv[r]))
-        return n, v
-
-    n, v = rows(lambda *r: _i8(0)), rows(lambda *r: total[r].astype("int64"))
-    for bits in (16, 8, 4, 2, 1):
-        n, v = clz_step(n, v, bits)
-    clz = n
+    clz = leading_zeros(rows, total)     # GetReciprocal(total, 12)
     # shifted_sum_minus_one = (x << clz) - 2**31 as uint32 arithmetic
     ssm1 = rows(lambda *r: ((total[r].astype("int64") << clz[r].astype("int64"))
                             - tirx.const(1 << 31, "int64")).astype("int32"))
@@ -726,3 +716,18 @@ def reduced_index(x_shape, axes, keepdims: bool, red, out_idx) -> tuple:
             idx.append(out_idx[oi])
             oi += 1
     return tuple(idx)
+
+
+def leading_zeros(rows: Chain, value):
+    """Leading zero bits of a positive int32 tensor, by binary search on int64 values in ``[1, 2**32)``: a
+    tensor of the chain ``rows``."""
+    def step(pn, pv, bits):
+        limit = tirx.const((1 << (32 - bits)) - 1, "int64")
+        n = rows(lambda *r: tirx.Select(pv[r] <= limit, pn[r] + _i8(bits), pn[r]))
+        v = rows(lambda *r: tirx.Select(pv[r] <= limit, pv[r] << tirx.const(bits, "int64"), pv[r]))
+        return n, v
+
+    n, v = rows(lambda *r: _i8(0)), rows(lambda *r: value[r].astype("int64"))
+    for bits in (16, 8, 4, 2, 1):
+        n, v = step(n, v, bits)
+    return n
