@@ -311,7 +311,7 @@ def fetch(entry: dict, cache: str = DEFAULT_CACHE) -> str:
 
 # ---------------------------------------------------------------------------------------------- running
 
-def _cli():
+def cli_command():
     exe = os.path.join(os.path.dirname(sys.executable), "tvm-memsched")
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", "tvm_memsched.app.cli"]
 
@@ -325,7 +325,7 @@ def last_error(text: str) -> str:
     return ((errs or lines or [""])[-1])[:500]
 
 
-def _run(cmd, timeout):
+def run_command(cmd, timeout):
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -375,7 +375,7 @@ else:
     ops = {opcode_name(m.operatorCodes[o.opcodeIndex]) for sg in m.subgraphs for o in sg.operators}
 print("JSON " + json.dumps(sorted(ops)))
 """
-    rc, so, se, _ = _run([sys.executable, "-c", code, path], 300)
+    rc, so, se, _ = run_command([sys.executable, "-c", code, path], 300)
     for line in so.splitlines():
         if line.startswith("JSON "):
             return json.loads(line[5:])
@@ -431,7 +431,7 @@ for n, o in zip(names, outs):
 res["outputs"] = stats
 print("JSON " + json.dumps(res))
 """
-    rc, so, se, _ = _run([sys.executable, "-c", code, path, json.dumps(entry["input_shapes"])], 600)
+    rc, so, se, _ = run_command([sys.executable, "-c", code, path, json.dumps(entry["input_shapes"])], 600)
     for line in so.splitlines():
         if line.startswith("JSON "):
             return json.loads(line[5:])
@@ -455,7 +455,7 @@ def suspicious(ref: dict) -> list:
 
 
 def run_info(entry, path, timeout) -> dict:
-    rc, so, se, sec = _run(_cli() + ["info", path, "--json"] + shape_args(entry), timeout)
+    rc, so, se, sec = run_command(cli_command() + ["info", path, "--json"] + shape_args(entry), timeout)
     row = {"exit": rc, "seconds": round(sec, 1)}
     if rc == 0:
         try:
@@ -470,7 +470,7 @@ def run_info(entry, path, timeout) -> dict:
 def run_compare(entry, path, timeout) -> dict:
     with tempfile.TemporaryDirectory() as d:
         js = os.path.join(d, "c.json")
-        rc, so, se, sec = _run(_cli() + ["compare", path, "--json", js] + shape_args(entry), timeout)
+        rc, so, se, sec = run_command(cli_command() + ["compare", path, "--json", js] + shape_args(entry), timeout)
         row = {"exit": rc, "seconds": round(sec, 1)}
         if os.path.exists(js):
             with open(js) as f:
@@ -487,7 +487,7 @@ def run_compare(entry, path, timeout) -> dict:
 def run_micro(entry, path, timeout, board) -> dict:
     with tempfile.TemporaryDirectory() as d:
         js = os.path.join(d, "m.json")
-        rc, so, se, sec = _run(_cli() + ["micro", path, "-b", board, "--out", os.path.join(d, "out"), "--run",
+        rc, so, se, sec = run_command(cli_command() + ["micro", path, "-b", board, "--out", os.path.join(d, "out"), "--run",
                                          "--json", js] + shape_args(entry), timeout)
         row = {"exit": rc, "seconds": round(sec, 1)}
         if os.path.exists(js):

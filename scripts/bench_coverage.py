@@ -27,35 +27,15 @@ import concurrent.futures
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KINDS = ("float32", "int8", "int16x8", "hybrid", "float16")
+sys.path.insert(0, HERE)
 
-
-def _cli():
-    exe = os.path.join(os.path.dirname(sys.executable), "tvm-memsched")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "tvm_memsched.app.cli"]
-
-
-def _last_error(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errs = [ln for ln in lines if "error" in ln.lower() or "unsupported" in ln.lower()]
-    return ((errs or lines or [""])[-1])[:400]
-
-
-def _run(cmd, timeout):
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-        return p.returncode, p.stdout, p.stderr, time.perf_counter() - t0
-    except subprocess.TimeoutExpired as e:
-        return -1, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), \
-            f"timed out after {timeout} s", time.perf_counter() - t0
+from bench_corpus import cli_command, last_error, run_command  # noqa: E402  (the same child-process runner)
 
 
 def references(path: str) -> dict:
@@ -86,17 +66,17 @@ else:
             out[name] = (msg[-1] if msg else type(e).__name__)[:200]
 print("JSON " + json.dumps(out))
 """
-    rc, so, se, _ = _run([sys.executable, "-c", code, path], 300)
+    rc, so, se, _ = run_command([sys.executable, "-c", code, path], 300)
     for line in so.splitlines():
         if line.startswith("JSON "):
             return json.loads(line[5:])
-    return {"probe": _last_error(se) or f"exit {rc}"}
+    return {"probe": last_error(se) or f"exit {rc}"}
 
 
 def run_compare(path: str, timeout: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         js = os.path.join(d, "c.json")
-        rc, so, se, sec = _run(_cli() + ["compare", path, "--json", js], timeout)
+        rc, so, se, sec = run_command(cli_command() + ["compare", path, "--json", js], timeout)
         row = {"exit": rc, "seconds": round(sec, 1)}
         if os.path.exists(js):
             with open(js) as f:
@@ -105,14 +85,14 @@ def run_compare(path: str, timeout: int) -> dict:
                        numerics_ok=c.get("numerics_ok"), reference=c.get("reference"),
                        reference_ok=c.get("reference_ok"), reference_max_abs_diff=c.get("reference_max_abs_diff"))
         if rc != 0:
-            row["error"] = _last_error(se + "\n" + so)
+            row["error"] = last_error(se + "\n" + so)
         return row
 
 
 def run_micro(path: str, timeout: int, board: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         js = os.path.join(d, "m.json")
-        rc, so, se, sec = _run(_cli() + ["micro", path, "-b", board, "--out", os.path.join(d, "out"), "--run",
+        rc, so, se, sec = run_command(cli_command() + ["micro", path, "-b", board, "--out", os.path.join(d, "out"), "--run",
                                          "--json", js], timeout)
         row = {"exit": rc, "seconds": round(sec, 1)}
         if os.path.exists(js):
@@ -137,7 +117,7 @@ def run_micro(path: str, timeout: int, board: str) -> dict:
                 row["identical"] = run.get("max_abs_err") == 0
             row["ok_run"] = run.get("ok")
         if rc != 0:
-            row["error"] = _last_error(se + "\n" + so)
+            row["error"] = last_error(se + "\n" + so)
         return row
 
 
