@@ -432,3 +432,33 @@ def test_graph_json_float_size_bomb(tmp_path):
     path.write_text(json.dumps(d))
     rc, out, err = run("info", str(path))
     assert_refused(rc, err, "above the limit")
+
+
+def test_litert_is_never_asked_to_allocate_a_declared_size_bomb():
+    """The shape folding at import runs LiteRT on the file: a tensor declaring more than MAX_TENSOR_BYTES
+    stops it before LiteRT allocates anything (the reader then refuses the file by name)."""
+    import numpy as np
+
+    from tvm_memsched.relax.frontends import tflite_fold
+
+    class Tensor:
+        def __init__(self, shape):
+            self.shape = np.array(shape, np.int32)
+
+        def ShapeLength(self):  # noqa: N802 - the flatbuffers accessor names
+            return len(self.shape)
+
+        def ShapeAsNumpy(self):  # noqa: N802
+            return self.shape
+
+    class Subgraph:
+        def __init__(self, shapes):
+            self.tensors = [Tensor(s) for s in shapes]
+
+        def TensorsLength(self):  # noqa: N802
+            return len(self.tensors)
+
+        def Tensors(self, i):  # noqa: N802
+            return self.tensors[i]
+
+    assert tflite_fold._invoked(b"not a model", Subgraph([[1, 4], [65536, 65536, 64]])) is None

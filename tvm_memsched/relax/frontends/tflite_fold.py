@@ -174,18 +174,10 @@ def static_shapes(buf: bytes, model) -> bytes:
                   for t in range(sg.TensorsLength()))
     if not dynamic or any(builtin_name(model, sg.Operators(i)) in DATA_DEPENDENT for i in range(sg.OperatorsLength())):
         return buf
-    try:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-        it = Interpreter(model_content=bytes(buf), experimental_preserve_all_tensors=True,
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-        it.allocate_tensors()
-        for d in it.get_input_details():
-            it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
-        it.invoke()
-        shapes = {d["index"]: [int(v) for v in d["shape"]] for d in it.get_tensor_details()}
-    except (ImportError, ValueError, RuntimeError):
+    it = _invoked(buf, sg)
+    if it is None:
         return buf
+    shapes = {d["index"]: [int(v) for v in d["shape"]] for d in it.get_tensor_details()}
     out = bytearray(buf)
     for t in range(sg.TensorsLength()):
         tensor = sg.Tensors(t)
@@ -201,17 +193,32 @@ def static_shapes(buf: bytes, model) -> bytes:
 
 
 def _evaluate(buf: bytes, wanted) -> dict:
+    import tflite
+
+    it = _invoked(buf, tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0))
+    return {} if it is None else {t: np.array(it.get_tensor(t)) for t in wanted}
+
+
+def _invoked(buf: bytes, sg):
+    """LiteRT's interpreter (reference kernels, every tensor kept) after one invocation on zeros; None when
+    LiteRT is missing or refuses the file, or when a tensor of subgraph ``sg`` declares more than
+    :data:`~tvm_memsched.core.limits.MAX_TENSOR_BYTES` (a hostile file is not allocated here: the reader
+    refuses it by name)."""
+    from ...core.limits import MAX_TENSOR_BYTES
+
+    for t in range(sg.TensorsLength()):
+        shape = sg.Tensors(t).ShapeAsNumpy() if sg.Tensors(t).ShapeLength() else []
+        if int(np.prod([max(int(d), 1) for d in shape], dtype=object)) * 16 > MAX_TENSOR_BYTES:
+            return None
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    except ImportError:
-        return {}
-    try:
+
         it = Interpreter(model_content=bytes(buf), experimental_preserve_all_tensors=True,
                          experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
         it.allocate_tensors()
         for d in it.get_input_details():
             it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
         it.invoke()
-        return {t: np.array(it.get_tensor(t)) for t in wanted}
-    except (ValueError, RuntimeError):
-        return {}
+        return it
+    except (ImportError, ValueError, RuntimeError):
+        return None
