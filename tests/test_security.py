@@ -451,6 +451,9 @@ def test_litert_is_never_asked_to_allocate_a_declared_size_bomb():
         def ShapeAsNumpy(self):  # noqa: N802
             return self.shape
 
+        def Type(self):  # noqa: N802 - FLOAT32
+            return 0
+
     class Subgraph:
         def __init__(self, shapes):
             self.tensors = [Tensor(s) for s in shapes]
@@ -461,4 +464,4 @@ def test_litert_is_never_asked_to_allocate_a_declared_size_bomb():
         def Tensors(self, i):  # noqa: N802
             return self.tensors[i]
 
-    assert tflite_fold._invoked(b"not a model", Subgraph([[1, 4], [65536, 65536, 64]])) is None
+    assert tflite_fold._invoked(b"not a model", Subgraph([[1, 4], [16384, 16384, 2]])) is None   # 2 GiB of float32

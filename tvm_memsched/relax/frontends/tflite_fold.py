@@ -199,6 +199,10 @@ def _evaluate(buf: bytes, wanted) -> dict:
     return {} if it is None else {t: np.array(it.get_tensor(t)) for t in wanted}
 
 
+#: bytes of an element by TFLite ``TensorType`` (16, complex128's, for any other)
+_ELEMENT_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 5: 8, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 12: 8, 15: 4, 16: 2, 17: 1}
+
+
 def _invoked(buf: bytes, sg):
     """LiteRT's interpreter (reference kernels, every tensor kept) after one invocation on zeros; None when
     LiteRT is missing or refuses the file, or when a tensor of subgraph ``sg`` declares more than
@@ -207,8 +211,10 @@ def _invoked(buf: bytes, sg):
     from ...core.limits import MAX_TENSOR_BYTES
 
     for t in range(sg.TensorsLength()):
-        shape = sg.Tensors(t).ShapeAsNumpy() if sg.Tensors(t).ShapeLength() else []
-        if int(np.prod([max(int(d), 1) for d in shape], dtype=object)) * 16 > MAX_TENSOR_BYTES:
+        tensor = sg.Tensors(t)
+        shape = tensor.ShapeAsNumpy() if tensor.ShapeLength() else []
+        size = _ELEMENT_BYTES.get(int(tensor.Type()), 16)
+        if int(np.prod([max(int(d), 1) for d in shape], dtype=object)) * size > MAX_TENSOR_BYTES:
             return None
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
