@@ -16,9 +16,6 @@ KNOWN = {
     "cumsum.int8.tflite": (r"vs tflm 1$", "the file computes CUMSUM in float between its own DEQUANTIZE and "
                            "QUANTIZE; the integer lowering cannot tell that group from an int8 CUMSUM and uses "
                            "TFLite Micro's integer kernel: 1 LSB off on some elements"),
-    "space_to_batch_nd.int8.tflite": (r"vs tflm 1$", "TFLite Micro pads int8 SPACE_TO_BATCH_ND with an "
-                                      "uninitialised output_offset (its kernel never sets it); we pad with the "
-                                      "zero point, as LiteRT does"),
     "transpose_conv.hybrid.tflite": (r"dynamic range quantization: 'TRANSPOSE_CONV'",
                                      "dynamic-range quantized TRANSPOSE_CONV is not imported yet"),
     "unidirectional_sequence_lstm_stateful.float32.tflite": (r"SLICE with computed bounds",
