@@ -102,9 +102,9 @@ PACKAGES = {
 }
 
 
-def _f(id, package, member, sha256, what, shapes=None, note=""):
+def _f(id, package, member, sha256, what, shapes=None, note="", values=None):
     return dict(id=id, package=package, member=member, sha256=sha256, what=what,
-                input_shapes=dict(shapes or {}), note=note)
+                input_shapes=dict(shapes or {}), input_values=dict(values or {}), note=note)
 
 
 CORPUS = [
@@ -119,7 +119,7 @@ CORPUS = [
     _f("silero_vad", "silero-vad", "silero_vad/data/silero_vad.onnx",
        "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
        "Silero VAD v6 (If on the sample rate; conv STFT front end, LSTM)",
-       {"input": (1, 576), "state": (2, 1, 128)}, "16 kHz: 512 new samples + 64 of context, batch 1"),
+       {"input": (1, 576), "state": (2, 1, 128)}, "16 kHz: 512 new samples + 64 of context, batch 1", {"sr": 16000}),
     _f("silero_vad_op15", "silero-vad", "silero_vad/data/silero_vad_16k_op15.onnx",
        "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
        "Silero VAD 16 kHz, opset 15 export", {"input": (1, 576), "state": (2, 1, 128)},
@@ -131,7 +131,7 @@ CORPUS = [
     _f("silero_vad_ifless", "silero-vad", "silero_vad/data/silero_vad_op18_ifless.onnx",
        "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28",
        "Silero VAD, opset 18 export", {"input": (1, 576), "state": (2, 1, 128)},
-       "16 kHz: 512 new samples + 64 of context"),
+       "16 kHz: 512 new samples + 64 of context", {"sr": 16000}),
     _f("silero_vad_openvino", "silero-vad", "silero_vad/data/silero_vad_openvino_16k.onnx",
        "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87",
        "Silero VAD 16 kHz for OpenVINO: static shapes, ONNX LSTM"),
@@ -336,16 +336,20 @@ def run_command(cmd, timeout):
 
 
 def shape_args(entry: dict) -> list:
-    """``--input-shape NAME=D1xD2...`` arguments for ``entry``'s symbolic ONNX inputs."""
+    """``--input-shape NAME=D1xD2...`` arguments for ``entry``'s symbolic ONNX inputs and ``--input-value NAME=V``
+    for the inputs the package always feeds the same value (Silero's sample rate)."""
     out = []
     for name, shape in entry["input_shapes"].items():
         out += ["--input-shape", f"{name}=" + "x".join(str(d) for d in shape)]
+    for name, value in entry.get("input_values", {}).items():
+        out += ["--input-value", f"{name}={value}"]
     return out
 
 
 def commands(entry: dict, path: str, board: str = "mps2-an386") -> dict:
     """The command lines a user types for ``entry`` (``FILE`` for the path)."""
-    sh = "".join(f" --input-shape {shlex.quote(a)}" for a in shape_args(entry)[1::2])
+    a = shape_args(entry)
+    sh = "".join(f" {flag} {shlex.quote(v)}" for flag, v in zip(a[::2], a[1::2]))
     return {"info": f"tvm-memsched info {path}{sh}", "compare": f"tvm-memsched compare {path}{sh}",
             "micro": f"tvm-memsched micro {path}{sh} -b {board} --run"}
 
@@ -388,7 +392,7 @@ def reference_outputs(path: str, entry: dict) -> dict:
     code = r"""
 import json, sys
 import numpy as np
-path, shapes = sys.argv[1], json.loads(sys.argv[2])
+path, shapes, values = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 rng = np.random.default_rng(0)
 def rand(shape, dtype):
     dtype = np.dtype(dtype)
@@ -409,7 +413,8 @@ if path.endswith(".onnx"):
     feeds = {}
     for i in s.get_inputs():
         shape = shapes.get(i.name) or [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-        feeds[i.name] = rand(tuple(shape), types[i.type])
+        feeds[i.name] = (np.full(tuple(shape), values[i.name], types[i.type]) if i.name in values
+                         else rand(tuple(shape), types[i.type]))
     outs = s.run(None, feeds)
     names = [o.name for o in s.get_outputs()]
 else:
@@ -431,7 +436,8 @@ for n, o in zip(names, outs):
 res["outputs"] = stats
 print("JSON " + json.dumps(res))
 """
-    rc, so, se, _ = run_command([sys.executable, "-c", code, path, json.dumps(entry["input_shapes"])], 600)
+    rc, so, se, _ = run_command([sys.executable, "-c", code, path, json.dumps(entry["input_shapes"]),
+                                 json.dumps(entry.get("input_values", {}))], 600)
     for line in so.splitlines():
         if line.startswith("JSON "):
             return json.loads(line[5:])
@@ -530,6 +536,7 @@ def evaluate(entry: dict, path: str, args) -> dict:
     pkg = PACKAGES[entry["package"]]
     row.update(version=pkg["version"], license=pkg["license"], counted=pkg.get("counted", True),
                size=os.path.getsize(path), input_shapes={k: list(v) for k, v in entry["input_shapes"].items()},
+               input_values=dict(entry.get("input_values", {})),
                commands=commands(entry, "FILE", args.board))
     row["operators"] = operators(path)
     row["info"] = run_info(entry, path, args.timeout)
@@ -642,7 +649,8 @@ def write_report(rows: list, out: str, args) -> None:
               "| id | package | version | path in the distribution | size | sha256 | license | input shapes "
               "(why) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        shapes = ", ".join(f"`{k}={'x'.join(map(str, v))}`" for k, v in r["input_shapes"].items())
+        shapes = ", ".join([f"`{k}={'x'.join(map(str, v))}`" for k, v in r["input_shapes"].items()]
+                           + [f"`{k}={v}` (value)" for k, v in r.get("input_values", {}).items()])
         lines.append(f"| `{r['id']}` | {r['package']} | {r['version']} | `{r['member']}` | {_mib(r['size'])} "
                      f"| `{r['sha256'][:16]}…` | {r['license']} | {shapes}{' (' + r['note'] + ')' if r['note'] else ''} |")
     lines += ["", "## Commands", "",

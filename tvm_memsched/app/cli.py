@@ -163,7 +163,7 @@ def _reference(spec: str, mod, input_shapes=None):
     from .models import parse_zoo_spec
 
     if spec.lower().endswith(".onnx"):
-        return _onnxruntime_reference(spec, mod)
+        return _onnxruntime_reference(spec, mod, input_shapes)
     z = parse_zoo_spec(spec)
     if z is not None and z[1] != "float32":
         from .. import zoo
@@ -257,23 +257,37 @@ def _initial_state_inputs(mod):
     return inputs
 
 
-def _onnxruntime_reference(path: str, mod):
+def _onnxruntime_reference(path: str, mod, input_shapes=None):
+    """onnxruntime running the file, fed compare's inputs and the values ``--input-value`` froze."""
     try:
         import onnxruntime as ort
     except ImportError:
         return None
+    from .models import parse_input_shapes
+
     try:
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     except Exception:  # noqa: BLE001 - onnxruntime refuses the file: no reference, compare still runs
         return None
-    names = [i.name for i in session.get_inputs()]
+    shapes = input_shapes if hasattr(input_shapes, "frozen") else parse_input_shapes(
+        input_shapes if not isinstance(input_shapes, dict) else None)
+    frozen = {}
+    for i in session.get_inputs():
+        if i.name in shapes.frozen:
+            from ..core.input_values import frozen_array
+
+            dtype = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+                     "tensor(bool)": "bool"}.get(i.type, i.type[len("tensor("):-1])
+            shape = shapes.get(i.name) or [int(d) for d in i.shape]
+            frozen[i.name] = frozen_array(i.name, shapes.frozen[i.name], dtype, shape, path)
+    names = [i.name for i in session.get_inputs() if i.name not in frozen]
     if len(names) != len(mod["main"].params):
         return None
 
     def run(inputs):
-        return session.run(None, dict(zip(names, inputs)))
+        return session.run(None, {**dict(zip(names, inputs)), **frozen})
 
     return "onnxruntime (CPU)", run
 

@@ -37,8 +37,10 @@ import re
 
 from .. import zoo
 from ..core.errors import InputFileError, MemschedError, UnsupportedError
+from ..core.input_values import InputValueArg, parse_input_value
 
-__all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "is_tflite_spec", "parse_input_shapes", "add_input_shape_argument",
+__all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "is_tflite_spec", "parse_input_shapes", "InputShapes",
+           "add_input_shape_argument",
            "add_layout_argument", "add_verbose_argument", "is_model_file", "load_graph_spec", "load_relax_spec",
            "load_tflite_spec", "tflite_bytes"]
 
@@ -66,10 +68,32 @@ def parse_zoo_spec(spec: str) -> tuple[str, str] | None:
     return name, dtype
 
 
-def parse_input_shapes(items) -> dict:
-    """``{name: shape}`` from ``--input-shape`` values ``NAME=D1xD2x...`` (positive integers); empty for None."""
-    shapes: dict = {}
+class InputShapes(dict):
+    """``{name: shape}`` of ``--input-shape`` with the inputs ``--input-value`` freezes in :attr:`frozen`
+    (``{name: values}``, :mod:`tvm_memsched.core.input_values`): what every loader of a model spec takes."""
+
+    def __init__(self, shapes=(), frozen=None):
+        super().__init__(shapes)
+        self.frozen = dict(frozen or {})
+
+    def __bool__(self):
+        return bool(len(self) or self.frozen)
+
+    def __repr__(self):
+        return dict.__repr__(self) if not self.frozen else f"{dict.__repr__(self)} frozen {self.frozen}"
+
+
+def parse_input_shapes(items) -> InputShapes:
+    """``{name: shape}`` from ``--input-shape`` values ``NAME=D1xD2x...`` (positive integers); empty for None.
+    ``--input-value NAME=V`` items (:class:`~tvm_memsched.core.input_values.InputValueArg`) go to ``.frozen``."""
+    shapes, frozen = {}, {}
     for item in items or []:
+        if isinstance(item, InputValueArg):
+            name, values = parse_input_value(item)
+            if name in frozen:
+                raise MemschedError(f"--input-value gives input '{name}' twice")
+            frozen[name] = values
+            continue
         name, _, dims = item.partition("=")
         if not name or not re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*)*", dims.strip()):
             raise MemschedError(f"bad --input-shape '{item}': use NAME=D1xD2x... with positive integers, "
@@ -77,13 +101,27 @@ def parse_input_shapes(items) -> dict:
         if name in shapes:
             raise MemschedError(f"--input-shape gives input '{name}' twice")
         shapes[name] = tuple(int(d) for d in dims.strip().split("x"))
-    return shapes
+    return InputShapes(shapes, frozen)
+
+
+def _input_shapes(input_shapes) -> InputShapes:
+    """An :class:`InputShapes` of what a caller gives: command-line items, a dict (shapes), or one already."""
+    if isinstance(input_shapes, InputShapes):
+        return input_shapes
+    if isinstance(input_shapes, dict):
+        return InputShapes(input_shapes)
+    return parse_input_shapes(input_shapes)
 
 
 def add_input_shape_argument(parser) -> None:
     """Add ``--input-shape NAME=SHAPE`` (repeatable) and ``--trust-model-code`` to an argparse parser."""
     parser.add_argument("--input-shape", action="append", default=None, metavar="NAME=1x3x224x224",
                         help="static shape of an input an .onnx / .pt2 file leaves symbolic (repeat per input)")
+    parser.add_argument("--input-value", action="append", dest="input_shape", type=InputValueArg,
+                        metavar="NAME=VALUE",
+                        help="freeze an input of an .onnx or .tflite file to a value (one number fills its shape, "
+                             "or V1,V2,... in order), e.g. a sample rate a streaming model branches on "
+                             "(--input-value sr=16000): it becomes a constant, and what it decides is folded away")
     parser.add_argument("--trust-model-code", action="store_true",
                         help="let a .pt2 file run its own code while loading (pickled objects, AOTInductor "
                              "libraries), as torch.export.load does; only for files from people you trust "
@@ -135,12 +173,12 @@ def load_relax_spec(spec: str, input_shapes=None):
     ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
     """
     z = parse_zoo_spec(spec)
-    shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
+    shapes = _input_shapes(input_shapes)
     if z is not None:
         name, dtype = z
         if shapes:
-            raise UnsupportedError(f"'{spec}': zoo networks have static shapes; --input-shape is for .onnx and "
-                                   ".pt2 files")
+            raise UnsupportedError(f"'{spec}': zoo networks have static shapes; --input-shape and --input-value "
+                                   "are for model files")
         if dtype != "float32":        # the zoo's int8 .tflite, imported (then int8-lowered by our pipeline)
             from ..relax.frontends.frontend import from_tflite_bytes
 
@@ -159,6 +197,9 @@ def load_relax_spec(spec: str, input_shapes=None):
         from ..relax.frontends.frontend import from_tflite_bytes
 
         return from_tflite_bytes(tflite_bytes(spec, shapes), spec), name
+    if ext == ".pt2" and shapes.frozen:
+        raise UnsupportedError(f"{spec}: --input-value freezes inputs of .onnx and .tflite files; a .pt2 program "
+                               "takes every input it was exported with")
     from ..relax.frontends.frontend import from_file
 
     return from_file(spec, shapes or None), name
@@ -196,21 +237,35 @@ def tflite_bytes(spec: str, input_shapes=None) -> bytes | None:
     from ..tflite.reader import read_bytes
 
     buf = read_bytes(spec)[0]
-    shapes = input_shapes if isinstance(input_shapes, dict) else parse_input_shapes(input_shapes)
+    shapes = _input_shapes(input_shapes)
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         return buf                          # the importer names what is wrong with it
     try:
         import tflite  # noqa: F401 - the flatbuffer accessors bind_inputs reads with
     except ImportError:
+        tflite = None
+    if tflite is not None:
+        from ..relax.frontends.tflite_fold import bind_inputs
+
+        try:
+            buf = bind_inputs(buf, dict(shapes), spec)
+        except MemschedError:
+            raise
+        except Exception:  # noqa: BLE001 - a corrupt file: the reader and the importer say what is wrong with it
+            return buf
+    if shapes.frozen:
+        from ..tflite.freeze import freeze_inputs
+
+        buf = freeze_inputs(buf, shapes.frozen, spec)
+    if tflite is None:
         return buf
-    from ..relax.frontends.tflite_fold import bind_inputs, static_shapes
+    from ..relax.frontends.tflite_fold import static_shapes
 
     try:
-        bound = bind_inputs(buf, shapes, spec)
-        return static_shapes(bound, tflite.Model.GetRootAsModel(bound, 0))
+        return static_shapes(buf, tflite.Model.GetRootAsModel(buf, 0))
     except MemschedError:
         raise
-    except Exception:  # noqa: BLE001 - a corrupt file: the reader and the importer say what is wrong with it
+    except Exception:  # noqa: BLE001 - as above
         return buf
 
 

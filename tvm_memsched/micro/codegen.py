@@ -33,10 +33,9 @@ translated as follows:
   reading the old one runs before the kernel writing the new one, else into
   ``<prefix>_state_next_<k>`` and copied over at the end of the run.
 
-Anything else (control flow, dynamic shapes, packed calls, calls to other Relax
-functions, unsupported dtypes) raises :class:`UnsupportedError`. DLTensors and
-argument arrays of arena and constant tensors are ``const`` (flash); only the
-DLTensors over caller buffers live in RAM.
+Anything else (control flow, dynamic shapes, packed calls, calls to other Relax functions, unsupported
+dtypes) raises :class:`UnsupportedError`. DLTensors and argument arrays of arena and constant tensors are
+``const`` (flash); only the DLTensors over caller buffers live in RAM.
 """
 
 from __future__ import annotations
@@ -599,7 +598,8 @@ class _Translator:
             self.values[var] = tup[1][value.index]
             return
         if isinstance(value, relax.If):
-            raise UnsupportedError("control flow (If) is not supported by the C export")
+            raise UnsupportedError("control flow (If) is not supported by the C export (an If on an input a "
+                                   "deployment fixes: freeze it with --input-value NAME=VALUE)")
         if not isinstance(value, tvm.ir.Call):
             raise UnsupportedError(f"binding '{name}': {type(value).__name__} is not supported by the C export")
         op = value.op

@@ -251,7 +251,11 @@ def function_graph(func, name: str = "main") -> Graph:
     """
     blocks = [k for k, b in enumerate(func.body.blocks) if isinstance(b, relax.DataflowBlock)]
     if len(blocks) != 1:
-        raise UnsupportedError(f"'{name}' has {len(blocks)} dataflow blocks; its graph needs exactly one")
+        branches = any(isinstance(b.value, relax.If) for blk in func.body.blocks for b in blk.bindings) or \
+            isinstance(func.body.body, relax.If)
+        hint = ("; it branches at run time (If): if the condition comes from an input a deployment fixes, freeze "
+                "it with --input-value NAME=VALUE") if branches else ""
+        raise UnsupportedError(f"'{name}' has {len(blocks)} dataflow blocks; its graph needs exactly one{hint}")
     return block_to_graph(func, blocks[0], name=name).graph
 
 

@@ -8,7 +8,7 @@ stored tensors checked and external data read from the model's folder only
 inferred tensor sizes checked against a limit, and imported with
 ``tvm.relax.frontend.onnx.from_onnx``, weights as constants. Input shapes come
 from the file; ``input_shapes`` sets symbolic ones (and may restate static
-ones). Errors: :class:`InputFileError` for unreadable or invalid files,
+ones); its ``frozen`` inputs become constants (:func:`freeze_inputs`). Errors: :class:`InputFileError` for unreadable or invalid files,
 :class:`UnsupportedError` naming the operators TVM cannot import, unknown
 inputs, and shapes that stay symbolic or depend on the data.
 
@@ -37,7 +37,7 @@ from .native_log import quiet_import
 from .onnx_data import check_activation_sizes, resolve_tensors
 from .onnx_fold import fold_shapes
 
-__all__ = ["from_onnx_bytes", "unknown_dims_to_symbols", "upgrade_opset", "MIN_OPSET"]
+__all__ = ["from_onnx_bytes", "freeze_inputs", "branch_inputs", "unknown_dims_to_symbols", "upgrade_opset", "MIN_OPSET"]
 
 
 @contextlib.contextmanager
@@ -116,6 +116,84 @@ def unknown_dims_to_symbols(model) -> int:
     return n
 
 
+def freeze_inputs(model, values: dict, shapes: dict | None = None, what: str = "model") -> None:
+    """Make each graph input named in ``values`` (name -> numbers, as ``--input-value`` gives them) an initializer
+    of that value, in place, in the input's element type and shape (``shapes`` gives the dimensions the file
+    leaves symbolic); :func:`.onnx_fold.fold_shapes` then folds what it decides (an ``If`` on it is inlined).
+
+    >>> import onnx
+    >>> from onnx import TensorProto, helper
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    >>> sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
+    >>> g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x, sr],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    >>> m = helper.make_model(g)
+    >>> freeze_inputs(m, {"sr": (16000,)})
+    >>> from onnx import numpy_helper
+    >>> [i.name for i in m.graph.input], [(t.name, int(numpy_helper.to_array(t))) for t in m.graph.initializer]
+    (['x'], [('sr', 16000)])
+    """
+    if not values:
+        return
+    from onnx import helper, numpy_helper
+
+    from ...core.input_values import frozen_array
+
+    for vi in list(model.graph.input):
+        if vi.name not in values:
+            continue
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
+            raise UnsupportedError(f"{what}: input '{vi.name}' has no tensor shape; --input-value needs one")
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        given = (shapes or {}).get(vi.name)
+        if given is None and None in dims:
+            raise UnsupportedError(f"{what}: input '{vi.name}' has open dimensions "
+                                   f"({'x'.join('?' if d is None else str(d) for d in dims)}); give them with "
+                                   "--input-shape as well as its value")
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        except Exception:  # noqa: BLE001 - strings, float8 and other types no number is written in
+            dtype = None
+        if dtype is None or dtype.kind not in "biufc":
+            raise UnsupportedError(f"{what}: input '{vi.name}' has element type {t.elem_type}; --input-value "
+                                   "writes numbers")
+        arr = frozen_array(vi.name, values[vi.name], dtype.name, given if given is not None else dims, what)
+        model.graph.initializer.append(numpy_helper.from_array(arr, vi.name))
+        model.graph.input.remove(vi)
+
+
+def branch_inputs(model) -> list[str]:
+    """The graph inputs the conditions of the main graph's ``If`` nodes depend on (what ``--input-value`` could
+    freeze to import one branch), in input order.
+
+    >>> import onnx
+    >>> from onnx import TensorProto, helper
+    >>> vi = helper.make_tensor_value_info
+    >>> one = helper.make_graph([helper.make_node("Identity", ["x"], ["b"])], "one", [],
+    ...                         [vi("b", TensorProto.FLOAT, [2])])
+    >>> nodes = [helper.make_node("Equal", ["sr", "k"], ["c"]),
+    ...          helper.make_node("If", ["c"], ["y"], then_branch=one, else_branch=one)]
+    >>> g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, [2]), vi("sr", TensorProto.INT64, [])],
+    ...                       [vi("y", TensorProto.FLOAT, [2])],
+    ...                       [helper.make_tensor("k", TensorProto.INT64, [], [16000])])
+    >>> branch_inputs(helper.make_model(g))
+    ['sr']
+    """
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inputs = [i.name for i in model.graph.input]
+    seen, stack = set(), [n.input[0] for n in model.graph.node if n.op_type == "If" and n.input]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in producer:
+            stack.extend(i for i in producer[name].input if i)
+    initializers = {t.name for t in model.graph.initializer}
+    return [i for i in inputs if i in seen and i not in initializers]
+
+
 def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "model", base_dir: str | None = None):
     """Import the ONNX model ``buf`` (bytes of a ``.onnx`` file) into Relax (see the module docstring).
 
@@ -142,10 +220,12 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
     unknown_dims_to_symbols(model)
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]
-    unknown = sorted(set(input_shapes or {}) - set(inputs))
-    if unknown:
-        raise UnsupportedError(f"{what}: --input-shape names unknown input(s) {', '.join(unknown)}; the inputs are "
-                               f"{', '.join(inputs) or 'none'}")
+    frozen = dict(getattr(input_shapes, "frozen", None) or {})
+    for flag, names in (("--input-shape", input_shapes or {}), ("--input-value", frozen)):
+        unknown = sorted(set(names) - set(inputs))
+        if unknown:
+            raise UnsupportedError(f"{what}: {flag} names unknown input(s) {', '.join(unknown)}; the inputs are "
+                                   f"{', '.join(inputs) or 'none'}")
     shape_dict = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
     for vi in model.graph.input:
         if vi.name in shape_dict:
@@ -155,6 +235,8 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
                 raise UnsupportedError(f"{what}: input '{vi.name}' has shape "
                                        f"{'x'.join('?' if d is None else str(d) for d in dims)} (rank {len(dims)}); "
                                        f"--input-shape gives {'x'.join(map(str, given))}")
+    freeze_inputs(model, frozen, shape_dict, what)
+    shape_dict = {k: v for k, v in shape_dict.items() if k not in frozen}
     model = fold_shapes(model, shape_dict)
     check_activation_sizes(model, what)
 
@@ -163,11 +245,15 @@ def from_onnx_bytes(buf: bytes, input_shapes: dict | None = None, what: str = "m
             warnings.simplefilter("ignore")
             return from_onnx(model, shape_dict=shape_dict or None)
 
+    branch = branch_inputs(model)
+    hint = (f" (the model branches at run time with If on input(s) {', '.join(branch)}: if a deployment fixes "
+            f"them, freeze them with --input-value, e.g. --input-value {branch[0]}=VALUE)") if branch else ""
+
     def failure(e):  # TVM raises OpNotImplemented, TVMError, ValueError, AssertionError...
         m = re.search(r"operators are not supported for frontend ONNX: (.*)", str(e))
         if m:
-            return UnsupportedError(f"{what}: unsupported ONNX operator(s): {m.group(1).strip()}")
-        return UnsupportedError(f"{what} could not be imported by TVM's ONNX frontend: {last_line(e)}")
+            return UnsupportedError(f"{what}: unsupported ONNX operator(s): {m.group(1).strip()}{hint}")
+        return UnsupportedError(f"{what} could not be imported by TVM's ONNX frontend: {last_line(e)}{hint}")
 
     mod = quiet_import(run, failure)
     check_static(mod, what)
