@@ -349,12 +349,15 @@ def test_board_without_qemu(tmp_path):
 
 
 # ----------------------------------------------------------------------- CLI
-def test_cli_micro_names_tflite_control_flow(tmp_path, capsys):
-    """A .tflite IF on a computed condition (openWakeWord's head, as onnx-tf writes an ONNX If): exit code 2 and
-    the operator named, not TVM's name for the subgraph's function alone."""
-    path = os.path.join(os.path.dirname(__file__), "data", "coverage", "if.float32.tflite")
-    assert cli_main(["micro", path, "--board", "mps2-an386", "--out", str(tmp_path / "if")]) == 2
-    assert "control flow (TFLite IF" in capsys.readouterr().err
+@pytest.mark.slow
+def test_cli_micro_runs_a_tflite_if_as_both_branches(tmp_path, capsys):
+    """A .tflite IF on a computed condition (openWakeWord's head, as onnx-tf writes an ONNX If) runs on the
+    board as both branches and a select, outputs equal TFLite Micro's (which runs the IF)."""
+    path = os.path.join(os.path.dirname(__file__), "data", "coverage", "if.int8.tflite")
+    assert cli_main(["micro", path, "--board", "mps2-an386", "--out", str(tmp_path / "if"), "--run"]) == 0
+    out = capsys.readouterr().out
+    assert "branches       1 run-time If run as both branches and a select" in out
+    assert re.search(r"vs TFLite Micro: .*\(ok\)", out), out
 
 
 @pytest.mark.slow

@@ -159,9 +159,10 @@ def load_graph_spec(spec: str, input_shapes=None):
         return load_tflite_spec(spec, input_shapes).graph
     if ext in MODEL_FILES:
         from ..relax.graph import function_graph
+        from ..relax.passes.if_to_select import if_to_select
 
         mod, name = load_relax_spec(spec, input_shapes)
-        return function_graph(mod["main"], name)
+        return function_graph(if_to_select(mod, spec)[0]["main"], name)   # the graph the C export plans
     from ..core.io import load_graph
 
     return load_graph(spec)

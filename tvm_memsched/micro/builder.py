@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -114,6 +113,7 @@ class MicroExport:
     kernel_choice: dict = field(default_factory=dict)     # kernels="auto": both builds' sizes and the choice
     library_kernels: dict = field(default_factory=dict)   # kernel name -> operator, computed by the library
     macs: int = 0                             # multiply-accumulates of one inference (convolutions, matmuls)
+    branches: int = 0                         # run-time If run as both branches and a select (IfToSelect)
     call_macs: list = field(default_factory=list)         # per kernel call, where known (library kernels)
     states: list = field(default_factory=list, repr=False)
     mod: object = field(default=None, repr=False)
@@ -186,6 +186,9 @@ class MicroExport:
             saved = sum(c["before_bytes"] - c["after_bytes"] for c in self.shrunk_constants)
             lines.insert(-1, f"  constants      {len(self.shrunk_constants)} broadcast constants kept at their small "
                              f"shape (ShrinkConstants): {saved:,} B less flash")
+        if self.branches:
+            lines.insert(-1, f"  branches       {self.branches} run-time If run as both branches and a select (the C "
+                             "export has no control flow; same outputs, the branch not taken costs its work)")
         if self.int8:
             lines.insert(-1, "  " + self.int8["summary"])
         if self.planner == "tvm_memsched":
@@ -411,6 +414,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     from ..relax.passes.shrink_constants import shrink_constants as shrink_constants_
     from ..relax.passes.inline_producers import InlineProducers
     from ..relax.passes.shrink_workspace import ShrinkWorkspace
+    from ..relax.passes.if_to_select import if_to_select
     from ..relax.frontends.tflite_state import states as model_states
     from .codegen import tensor_nbytes, translate
     from .kernels import compile_kernels
@@ -422,6 +426,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     if kernels not in ("auto", "fast", "tvm"):
         raise UnsupportedError(f"unknown kernel choice '{kernels}': use 'auto', 'fast' or 'tvm'")
     mod, _ = c_safe_names(mod)    # names from the model file never reach generated C as written
+    mod, branches = if_to_select(mod)
     states = model_states(mod)
     io = io_in_arena and not states          # a stateful model's inputs and outputs stay the caller's
     if planner not in ("tvm_memsched", "tvm"):
@@ -598,7 +603,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         shrunk_kernels=[r.to_dict() for r in shrink.report if r.steps] if (shrink and ours) else [],
         shrunk_constants=[c.to_dict() for c in constant_sites] if ours_side else [],
         tvm_kernels_workspace_bytes=max(kernels_tvm.workspace.values(), default=0) if kernels_tvm else None,
-        state_bytes=prog.state_bytes, states=list(states),
+        state_bytes=prog.state_bytes, states=list(states), branches=branches,
         inplace_ops=rep.inplace if rep is not None and ours_side else 0,
         arena_no_inplace_bytes=no_inplace if ours_side else None,
         kernel_mode=("fast" if library else "tvm") if ours_side else "tvm",
