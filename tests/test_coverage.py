@@ -13,9 +13,6 @@ import coverage_models as C
 
 #: files that do not run as their reference does yet: file -> (a regex the verdict's detail must match, why)
 KNOWN = {
-    "cumsum.int8.tflite": (r"vs tflm 1$", "the file computes CUMSUM in float between its own DEQUANTIZE and "
-                           "QUANTIZE; the integer lowering cannot tell that group from an int8 CUMSUM and uses "
-                           "TFLite Micro's integer kernel: 1 LSB off on some elements"),
     "transpose_conv.hybrid.tflite": (r"dynamic range quantization: 'TRANSPOSE_CONV'",
                                      "dynamic-range quantized TRANSPOSE_CONV is not imported yet"),
     "unidirectional_sequence_lstm_stateful.float32.tflite": (r"SLICE with computed bounds",

@@ -149,7 +149,9 @@ class Int8ValueOps:
 
     def convert_cumsum(self, op):
         """CUMSUM; int8 in dequantize/quantize form (``reverse`` as flips around the sum), which the integer
-        lowering replaces by TFLite Micro's integer kernel."""
+        lowering replaces by TFLite Micro's integer kernel. The sum is written without a ``dtype`` (TVM's
+        float converter always gives one): a float CUMSUM a file computes between its own DEQUANTIZE and
+        QUANTIZE looks the same otherwise, and must stay float, as TFLite Micro runs it."""
         from tflite.CumsumOptions import CumsumOptions
 
         (x_t, axis_t), (y_t,) = self.get_input_tensors(op), self.get_output_tensors(op)
@@ -164,7 +166,7 @@ class Int8ValueOps:
         x = self.dequantize(self.get_tensor_expr(x_t), x_t)
         if opts.Reverse():
             x = relax.op.flip(x, axis)
-        out = relax.op.cumsum(x, axis, "float32", bool(opts.Exclusive()))
+        out = relax.op.cumsum(x, axis, None, bool(opts.Exclusive()))    # no dtype: the lowering's mark
         if opts.Reverse():
             out = relax.op.flip(out, axis)
         return self.quantize(out, y_t)

@@ -593,11 +593,12 @@ def _match_elu(view: FunctionView, var, c, qout, rng) -> Match | None:
 
 
 def _match_cumsum(view: FunctionView, var, body, qout) -> Match | None:
-    """CUMSUM as the frontend writes it: ``cumsum(x)``, reversed as ``flip(cumsum(flip(x)))``."""
+    """CUMSUM as the frontend writes an int8 one: ``cumsum(x)`` without a dtype, reversed as
+    ``flip(cumsum(flip(x)))``."""
     outer = view.call(body, "flip")
     c = view.call(outer.args[0] if outer is not None else body, "cumsum")
-    if c is None:
-        return None
+    if c is None or (c.attrs.dtype is not None and str(c.attrs.dtype) not in ("", "void")):
+        return None     # a dtype: a file's own float CUMSUM (the int8 converter writes none), kept float
     src = c.args[0]
     inner = view.call(src, "flip")
     if (outer is None) != (inner is None):
