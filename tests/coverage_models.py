@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from tvm_memsched.micro.sidebyside import tflm_undefined
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDER = os.path.join(HERE, "data", "coverage")
 
@@ -119,25 +121,19 @@ def agree(got, ref, exact: bool) -> tuple[bool, float]:
 #: operators whose models carry state from one invocation to the next (checked over several)
 STATEFUL = ("UNIDIRECTIONAL_SEQUENCE_LSTM", "VAR_HANDLE", "SVDF")
 
-#: operator -> why TFLite Micro's output for it is undefined, so LiteRT's reference kernels are the reference:
-#: TFLM's SPACE_TO_BATCH_ND allocates its ``SpaceToBatchParams`` as a persistent buffer and never writes
-#: ``output_offset``, so its int8 padding value is whatever that memory held (1 LSB off on one machine, 33
-#: on another)
-TFLM_UNDEFINED = {"SPACE_TO_BATCH_ND": "TFLite Micro pads with an uninitialised output_offset"}
-
 
 def check(entry, folder: str = FOLDER) -> tuple:
     """``(verdict, detail)`` of one manifest entry: ``ok``, ``MISMATCH`` (the largest difference), ``FAIL``
     (our error) or ``n/a`` (no reference runtime runs the file). Integer kinds are compared bit for bit with
     TFLite Micro, or LiteRT's reference kernels where TFLite Micro refuses the file, for hybrid files
-    (TFLite Micro loads some and computes NaN) and for operators in :data:`TFLM_UNDEFINED`; stateful models over three invocations."""
+    (TFLite Micro loads some and computes NaN) and where TFLite Micro's outputs are undefined
+    (:func:`~tvm_memsched.micro.sidebyside.tflm_undefined`); stateful models over three invocations."""
     buf = read(entry, folder)
     n = 3 if any(o in entry["operators"] for o in STATEFUL) else 1
     seq = inputs(entry, buf, 0, n)
     refs = references(buf, seq)
     runs = [k for k, v in refs.items() if not isinstance(v, str)]
-    if "litert" in runs and (entry["kind"] in ("hybrid", "float16")
-                             or any(o in TFLM_UNDEFINED for o in entry["operators"])):
+    if "litert" in runs and (entry["kind"] in ("hybrid", "float16") or tflm_undefined(buf)):
         runs = ["litert"]
     if not runs:
         return "n/a", "; ".join(f"{k}: {v[:100]}" for k, v in refs.items())

@@ -215,14 +215,18 @@ def _output_count(mod) -> int:
 
 
 def _full_integer(buf: bytes) -> bool:
-    """True for a full-integer (int8) ``.tflite``."""
-    from ..tflite.builder import load
-    from ..tflite.quantization import quantization_scheme
+    """True for an integer ``.tflite`` (int8 or int16 activations, no float ones; weights or none: a single
+    RELU6 has no weights), whose ground truth is TFLite Micro's integer kernels."""
+    from ..tflite.builder import load, type_name
+    from ..tflite.reader import is_constant
 
     try:
-        return quantization_scheme(load(buf)) == "full integer (int8)"
-    except (TypeError, ValueError, AttributeError):
+        m = load(buf)
+        act = {type_name(t.type) for sg in m.subgraphs[:1] for t in sg.tensors or [] if not is_constant(m, t)
+               and not t.isVariable}
+    except (TypeError, ValueError, AttributeError, IndexError):
         return False
+    return bool(act & {"INT8", "INT16"}) and not act & {"FLOAT32", "FLOAT16"}
 
 
 def _zero_feeds(buf: bytes):

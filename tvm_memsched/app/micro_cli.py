@@ -277,6 +277,11 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
         if tflm and chk["tflm"].get("error"):
             print(f"TFLite Micro does not run the file ({chk['tflm']['error'][:200]}); vs LiteRT reference "
                   f"kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
+        elif tflm and chk["tflm"].get("undefined"):
+            t = chk["tflm"]
+            print(f"vs LiteRT reference kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'}); TFLite Micro's "
+                  f"outputs are undefined ({t['undefined']}): "
+                  f"{'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}, not judged")
         elif tflm:
             t = chk["tflm"]
             print(f"vs TFLite Micro{calls}: {'bit-identical' if t['identical'] else 'max abs diff %.3g' % t['max_abs_diff']}"
@@ -284,8 +289,8 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
         else:
             print(f"vs LiteRT reference kernels{calls}: {lite} ({'ok' if chk['ok'] else 'MISMATCH'})")
         if not chk["ok"]:
-            print(f"tvm-memsched: error: outputs differ from "
-                  f"{'TFLite Micro' if tflm and not chk['tflm'].get('error') else 'LiteRT'}'s",
+            judge = chk["tflm"].get("ok") is not None if tflm and not chk["tflm"].get("error") else False
+            print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if judge else 'LiteRT'}'s",
                   file=sys.stderr)
             code = 1
     if dflt is not None:

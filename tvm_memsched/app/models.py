@@ -162,7 +162,7 @@ def load_graph_spec(spec: str, input_shapes=None):
         from ..relax.passes.if_to_select import if_to_select
 
         mod, name = load_relax_spec(spec, input_shapes)
-        return function_graph(if_to_select(mod, spec)[0]["main"], name)   # the graph the C export plans
+        return function_graph(if_to_select(mod)[0]["main"], name)   # the graph the C export plans
     from ..core.io import load_graph
 
     return load_graph(spec)

@@ -152,26 +152,21 @@ class IfToSelect:
         return _merge_dataflow_blocks(mod)
 
 
-def if_to_select(mod, what: str = "the model") -> tuple:
+def if_to_select(mod) -> tuple:
     """``(module, If converted)`` for a consumer that needs one dataflow graph (the C export, ``info``):
-    :class:`IfToSelect` where ``mod`` has an ``If``, :class:`~tvm_memsched.core.errors.UnsupportedError`
-    saying why where one must stay.
+    :class:`IfToSelect`'s module where ``mod`` has an ``If`` and every one converts, else ``mod`` unchanged
+    (a loop, a WHILE imported as a recursive function, or a branch with side effects: the consumer's own
+    error then names the control flow it cannot take).
 
     >>> import tvm
     >>> if_to_select(tvm.IRModule())[1]
     0
     """
-    from ...core.errors import UnsupportedError
-
     if not has_if(mod):
         return mod, 0
     p = IfToSelect()
     out = p(mod)
-    if p.report.refused:
-        raise UnsupportedError(f"{what} branches at run time (If) and {p.report.refused[0]}: control flow is not "
-                               "supported here (an If on an input a deployment fixes: freeze it with "
-                               "--input-value NAME=VALUE)")
-    return out, p.report.converted
+    return (mod, 0) if p.report.refused else (out, p.report.converted)
 
 
 def _merge_dataflow_blocks(mod):
