@@ -215,18 +215,21 @@ def _output_count(mod) -> int:
 
 
 def _full_integer(buf: bytes) -> bool:
-    """True for an integer ``.tflite`` (int8 or int16 activations, no float ones; weights or none: a single
+    """True for a full-integer (int8) ``.tflite``: int8 weights, or none and int8 activations only (a single
     RELU6 has no weights), whose ground truth is TFLite Micro's integer kernels."""
     from ..tflite.builder import load, type_name
+    from ..tflite.quantization import quantization_scheme
     from ..tflite.reader import is_constant
 
     try:
         m = load(buf)
+        scheme = quantization_scheme(m)
         act = {type_name(t.type) for sg in m.subgraphs[:1] for t in sg.tensors or [] if not is_constant(m, t)
                and not t.isVariable}
     except (TypeError, ValueError, AttributeError, IndexError):
         return False
-    return bool(act & {"INT8", "INT16"}) and not act & {"FLOAT32", "FLOAT16"}
+    return scheme == "full integer (int8)" or (scheme == "float32" and "INT8" in act
+                                              and not act & {"FLOAT32", "FLOAT16"})
 
 
 def _zero_feeds(buf: bytes):
