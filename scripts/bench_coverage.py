@@ -180,11 +180,14 @@ def write_report(rows: list, out: str, args) -> None:
              f"(**C**) and `tvm-memsched micro -b {args.board} --run` (**M**), as a user runs them. A cell passes "
              "when the command exits 0: `compare`'s outputs equal TVM's default build and the reference runtime "
              "(LiteRT's reference kernels, onnxruntime), `micro --run`'s equal TFLite Micro's bit for bit for "
-             "integer outputs (LiteRT's reference kernels where TFLite Micro refuses the file). Lower case with ✗ "
+             "integer outputs (LiteRT's reference kernels where TFLite Micro refuses the file or its outputs are "
+             "undefined). Lower case with ✗ "
              "fails (the reasons are listed below). The ratio is our RAM total (arena + runtime statics + stack + "
              "I/O) over TFLite Micro's smallest arena for the same file. `n/a`: no reference runtime runs the "
              "file.", "",
-             f"Command: `python scripts/bench_coverage.py --out {args.out}`", "",
+             f"Command: `python scripts/bench_coverage.py --out {os.path.relpath(args.out, ROOT)}"
+             + (f" --kinds {' '.join(args.kinds)}" if args.kinds else "") + f"` ({args.jobs} jobs)"
+             + (" (the other kinds: host check only, [host.md](host.md))" if args.kinds else ""), "",
              f"**{len(both)} of {len(counted)} cells pass both paths** ({100 * len(both) / max(1, len(counted)):.1f}%)"
              f"; {len(rows) - len(counted)} files no reference runs.", ""]
     cases = sorted({r["case"] for r in rows})
