@@ -62,10 +62,15 @@ def test_compare_checks_a_frozen_model_against_onnxruntime_fed_the_same_value(tm
     assert "ours vs onnxruntime (CPU)" in r.stdout and "(ok)" in r.stdout.split("onnxruntime (CPU)")[1]
 
 
-def test_an_if_on_an_input_names_the_flag_that_freezes_it(tmp_path):
+def test_micro_runs_an_if_on_an_input_as_both_branches_unless_the_input_is_frozen(tmp_path):
     path = _sr_model(tmp_path / "m.onnx")
-    r = _cli("micro", path, "-b", "mps2-an386", "--input-shape", "x=1x8", "--out", str(tmp_path / "out"))
-    assert r.returncode == 2 and "--input-value" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("micro", path, "-b", "mps2-an386", "--input-shape", "x=1x8", "--out", str(tmp_path / "both"))
+    assert r.returncode == 0, r.stderr
+    assert "branches       1 run-time If run as both branches and a select" in r.stdout
+    r = _cli("micro", path, "-b", "mps2-an386", "--input-shape", "x=1x8", "--input-value", "sr=8000",
+             "--out", str(tmp_path / "one"))
+    assert r.returncode == 0, r.stderr
+    assert "branches" not in r.stdout
 
 
 @pytest.mark.parametrize("items,message", [
