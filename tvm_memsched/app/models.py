@@ -17,7 +17,8 @@ take:
 and ``.tflite``), ``zoo:NAME:float16`` its ``.tflite`` with float16 weights
 (widened by ``DEQUANTIZE``; float32 activations, so its graph is the float32 one), ``zoo:NAME:hybrid``
 its dynamic-range quantized ``.tflite`` (int8 weights read by float operators). ``--input-shape NAME=1x3x224x224`` (:func:`parse_input_shapes`)
-sets the symbolic input dimensions an ``.onnx`` or ``.pt2`` file leaves open.
+sets the symbolic input dimensions an ``.onnx`` or ``.pt2`` file leaves open;
+``--input-value NAME=V`` freezes an input to a constant (:class:`InputShapes`, ``.onnx`` and ``.tflite``).
 Bad specs raise a one-line :class:`~tvm_memsched.core.errors.MemschedError`.
 
 Example
@@ -152,7 +153,7 @@ def load_graph_spec(spec: str, input_shapes=None):
     z = parse_zoo_spec(spec)
     ext = _extension(spec)
     if input_shapes and (z is not None or ext not in MODEL_FILES):
-        raise UnsupportedError(f"'{spec}': --input-shape is for .tflite, .onnx and .pt2 files")
+        raise UnsupportedError(f"'{spec}': --input-shape and --input-value are for .tflite, .onnx and .pt2 files")
     if z is not None:
         return zoo.graph(z[0], "int8" if z[1] == "int8" else "float32")
     if ext == ".tflite":
