@@ -215,8 +215,8 @@ def _output_count(mod) -> int:
 
 
 def _full_integer(buf: bytes) -> bool:
-    """True for a full-integer (int8) ``.tflite``: int8 weights, or none and int8 activations only (a single
-    RELU6 has no weights), whose ground truth is TFLite Micro's integer kernels."""
+    """True for a full-integer (int8) ``.tflite``: int8 weights, or none and integer activations only (a single
+    int8 or int16 RELU6 has no weights), whose ground truth is TFLite Micro's integer kernels."""
     from ..tflite.builder import load, type_name
     from ..tflite.quantization import quantization_scheme
     from ..tflite.reader import is_constant
@@ -228,7 +228,7 @@ def _full_integer(buf: bytes) -> bool:
                and not t.isVariable}
     except (TypeError, ValueError, AttributeError, IndexError):
         return False
-    return scheme == "full integer (int8)" or (scheme == "float32" and "INT8" in act
+    return scheme == "full integer (int8)" or (scheme == "float32" and bool(act & {"INT8", "INT16"})
                                               and not act & {"FLOAT32", "FLOAT16"})
 
 

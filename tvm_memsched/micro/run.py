@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.errors import MemschedError, UnsupportedError
 from ..core.files import atomic_write, output_dir
+from ..core.numerics import difference
 from .boards import board_names, get_board
 from .builder import DoesNotFitError, MicroExport
 from .firmware import arm_link_flags, compile_model, linker_script, runtime_file, stack_estimate
@@ -303,10 +304,11 @@ def _compare(outputs, reference, rtol, atol):
         if a is None or a.shape != b.shape:
             return math.inf, False
         if a.size:
-            d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            d = difference(a, b)            # NaN where the reference has NaN is equal
             err = max(err, float(np.max(d)))
             if np.issubdtype(b.dtype, np.floating):
-                ok = ok and bool(np.all(d <= atol + rtol * np.abs(b.astype(np.float64))))
+                with np.errstate(invalid="ignore"):
+                    ok = ok and bool(np.all(d <= atol + rtol * np.nan_to_num(np.abs(b.astype(np.float64)))))
             else:
                 ok = ok and bool(np.array_equal(a, b))
     return err, ok

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import MemschedError
+from ..core.numerics import difference
 
 __all__ = ["tflm_refuses", "tflm_reference", "default_export", "check_against_tflite", "side_by_side", "tflite_available",
            "tflite_inputs", "tflm_undefined", "NON_NEGATIVE_OPS", "TFLM_UNDEFINED"]
@@ -107,7 +108,7 @@ def _diff(outputs, reference) -> tuple[float, bool]:
         if a.size != b.size:
             return float("inf"), False
         b = b.reshape(a.shape)
-        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        d = difference(a, b)
         worst = max(worst, float(d.max()) if d.size else 0.0)
         same = same and a.tobytes() == b.astype(a.dtype).tobytes()
     return worst, same
@@ -175,9 +176,8 @@ def _agree(outputs, reference, rtol: float, atol: float) -> bool:
         return False
     if all(np.issubdtype(np.asarray(o).dtype, np.integer) for o in outputs):
         return _diff(outputs, reference)[1]
-    return all(np.all(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64).reshape(np.shape(a)))
-                      <= atol + rtol * np.abs(np.asarray(b, np.float64).reshape(np.shape(a))))
-               for a, b in zip(outputs, reference))
+    return all(np.all(difference(a, b) <= atol + rtol * np.nan_to_num(np.abs(np.asarray(b, np.float64)).reshape(
+        np.shape(a)))) for a, b in zip(outputs, reference))
 
 
 def check_against_tflite(buf: bytes, inputs, outputs, *, rtol: float = 1e-4, atol: float = 1e-4,

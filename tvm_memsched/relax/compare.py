@@ -477,13 +477,10 @@ def _max_abs_diff(a, b) -> float:
     """Largest element difference of two output lists; NaN against NaN and an infinity against the same
     infinity count as equal (a logarithm of a negative input is NaN in every runtime), NaN against a
     number as infinitely far."""
+    from ..core.numerics import difference
+
     def diff(x, y):
-        x, y = np.atleast_1d(x).astype(np.float64), np.atleast_1d(y).astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            d = np.abs(x - y)
-        d[(np.isnan(x) & np.isnan(y)) | (x == y)] = 0.0
-        d[np.isnan(d)] = np.inf
-        return float(np.max(d))
+        return float(np.max(difference(np.atleast_1d(x), np.atleast_1d(y))))
 
     return max((diff(x, y) for x, y in zip(a, b) if x.size and x.shape == y.shape), default=0.0)
 
