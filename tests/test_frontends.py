@@ -183,7 +183,7 @@ def test_clean_errors_for_onnx_and_pt2_files(files, tmp_path, capsys):
     assert_one_line_error(cli(capsys, "info", files["squeezenet_dyn.onnx"]), "symbolic shape", "--input-shape input=")
     assert_one_line_error(cli(capsys, "info", files["zoo_ops.onnx"], "--input-shape", "x=1x3"), "rank")
     assert_one_line_error(cli(capsys, "info", files["zoo_ops.onnx"], "--input-shape", "x=1xAx3"), "bad --input-shape")
-    assert_one_line_error(cli(capsys, "info", "zoo:resnet", "--input-shape", "x=1x3x3x3"), "--input-shape is for")
+    assert_one_line_error(cli(capsys, "info", "zoo:resnet", "--input-shape", "x=1x3x3x3"), "--input-shape and --input-value are for")
     assert_one_line_error(cli(capsys, "tflite", files["squeezenet.onnx"], "-o", d / "o.tflite"), ".tflite file")
     assert_one_line_error(cli(capsys, "compare", d / "missing.onnx"), "cannot read")
     assert_one_line_error(cli(capsys, "compare", d / "model.h5"), "unsupported model file", ".onnx")
