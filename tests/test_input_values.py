@@ -141,3 +141,25 @@ def test_a_tflite_input_value_is_checked_against_its_type_and_shape(tmp_path):
         tflite_bytes(path, parse_input_shapes([InputValueArg("gain=1,2,3")]))
     with pytest.raises(UnsupportedError, match="--input-value names unknown input"):
         tflite_bytes(path, parse_input_shapes([InputValueArg("k=1")]))
+
+
+@pytest.mark.parametrize("p", [1.0, -1.0])
+def test_a_converter_made_tflite_frozen_on_its_branch_input_equals_litert_fed_the_value(p):
+    """TensorFlow's converter's IF model (``p > 0`` picks the branch): ``p`` frozen, both branches."""
+    import tvm
+    from tvm import relax
+
+    from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
+    from tvm_memsched.tflite.verify import litert_run_sequence, tflm_run
+
+    path = os.path.join(os.path.dirname(__file__), "data", "coverage", "if.float32.tflite")
+    frozen = tflite_bytes(path, parse_input_shapes([InputValueArg(f"p={p}")]))
+    x = np.random.default_rng(0).standard_normal((1, 6, 6, 3)).astype(np.float32)
+    with open(path, "rb") as f:
+        want = list(litert_run_sequence(f.read(), [[np.array([p], np.float32), x]], reference_kernels=True)[0]
+                    .values())[0]
+    mod = from_tflite_bytes(frozen, path)
+    assert [str(v.name) for v in mod["main"].params] == ["x"]
+    ours = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_array_equal(ours, want)
+    np.testing.assert_array_equal(tflm_run(frozen, {0: x})[0], want)

@@ -265,12 +265,13 @@ def _initial_state_inputs(mod):
 
 
 def _onnxruntime_reference(path: str, mod, input_shapes=None):
-    """onnxruntime running the file, fed compare's inputs and the values ``--input-value`` froze."""
+    """onnxruntime running the file, fed compare's inputs and the values ``--input-value`` froze (made as the
+    importer makes them, :func:`~tvm_memsched.relax.frontends.onnx_frontend.frozen_inputs`)."""
     try:
         import onnxruntime as ort
     except ImportError:
         return None
-    from .models import parse_input_shapes
+    from .models import as_input_shapes
 
     try:
         opts = ort.SessionOptions()
@@ -278,17 +279,13 @@ def _onnxruntime_reference(path: str, mod, input_shapes=None):
         session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     except Exception:  # noqa: BLE001 - onnxruntime refuses the file: no reference, compare still runs
         return None
-    shapes = input_shapes if hasattr(input_shapes, "frozen") else parse_input_shapes(
-        input_shapes if not isinstance(input_shapes, dict) else None)
-    frozen = {}
-    for i in session.get_inputs():
-        if i.name in shapes.frozen:
-            from ..core.input_values import frozen_array
+    shapes, frozen = as_input_shapes(input_shapes), {}
+    if shapes.frozen:
+        import onnx
 
-            dtype = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
-                     "tensor(bool)": "bool"}.get(i.type, i.type[len("tensor("):-1])
-            shape = shapes.get(i.name) or [int(d) for d in i.shape]
-            frozen[i.name] = frozen_array(i.name, shapes.frozen[i.name], dtype, shape, path)
+        from ..relax.frontends.onnx_frontend import frozen_inputs
+
+        frozen = frozen_inputs(onnx.load(path, load_external_data=False), shapes.frozen, shapes, path)
     names = [i.name for i in session.get_inputs() if i.name not in frozen]
     if len(names) != len(mod["main"].params):
         return None

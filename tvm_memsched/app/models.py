@@ -41,6 +41,7 @@ from ..core.errors import InputFileError, MemschedError, UnsupportedError
 from ..core.input_values import InputValueArg, parse_input_value
 
 __all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "is_tflite_spec", "parse_input_shapes", "InputShapes",
+           "as_input_shapes",
            "add_input_shape_argument",
            "add_layout_argument", "add_verbose_argument", "is_model_file", "load_graph_spec", "load_relax_spec",
            "load_tflite_spec", "tflite_bytes"]
@@ -105,8 +106,12 @@ def parse_input_shapes(items) -> InputShapes:
     return InputShapes(shapes, frozen)
 
 
-def _input_shapes(input_shapes) -> InputShapes:
-    """An :class:`InputShapes` of what a caller gives: command-line items, a dict (shapes), or one already."""
+def as_input_shapes(input_shapes) -> InputShapes:
+    """An :class:`InputShapes` of what a caller gives: command-line items, a dict (shapes), or one already.
+
+    >>> as_input_shapes({"x": (1, 4)}), as_input_shapes(None).frozen
+    ({'x': (1, 4)}, {})
+    """
     if isinstance(input_shapes, InputShapes):
         return input_shapes
     if isinstance(input_shapes, dict):
@@ -175,7 +180,7 @@ def load_relax_spec(spec: str, input_shapes=None):
     ``input_shapes``: ``--input-shape`` values (or a dict) for ``.onnx`` / ``.pt2``.
     """
     z = parse_zoo_spec(spec)
-    shapes = _input_shapes(input_shapes)
+    shapes = as_input_shapes(input_shapes)
     if z is not None:
         name, dtype = z
         if shapes:
@@ -239,7 +244,7 @@ def tflite_bytes(spec: str, input_shapes=None) -> bytes | None:
     from ..tflite.reader import read_bytes
 
     buf = read_bytes(spec)[0]
-    shapes = _input_shapes(input_shapes)
+    shapes = as_input_shapes(input_shapes)
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         return buf                          # the importer names what is wrong with it
     try:
@@ -254,8 +259,9 @@ def tflite_bytes(spec: str, input_shapes=None) -> bytes | None:
         except MemschedError:
             raise
         except Exception:  # noqa: BLE001 - a corrupt file: the reader and the importer say what is wrong with it
-            return buf
-    if shapes.frozen:
+            if not shapes.frozen:
+                return buf
+    if shapes.frozen:           # never dropped: a corrupt file is refused by name here (the object API reader)
         from ..tflite.freeze import freeze_inputs
 
         buf = freeze_inputs(buf, shapes.frozen, spec)

@@ -37,7 +37,7 @@ from .native_log import quiet_import
 from .onnx_data import check_activation_sizes, resolve_tensors
 from .onnx_fold import fold_shapes
 
-__all__ = ["from_onnx_bytes", "freeze_inputs", "branch_inputs", "unknown_dims_to_symbols", "upgrade_opset", "MIN_OPSET"]
+__all__ = ["from_onnx_bytes", "frozen_inputs", "freeze_inputs", "branch_inputs", "unknown_dims_to_symbols", "upgrade_opset", "MIN_OPSET"]
 
 
 @contextlib.contextmanager
@@ -116,10 +116,49 @@ def unknown_dims_to_symbols(model) -> int:
     return n
 
 
+def frozen_inputs(model, values: dict, shapes: dict | None = None, what: str = "model") -> dict:
+    """``{name: array}`` for each graph input named in ``values`` (name -> numbers, as ``--input-value`` gives
+    them), in the input's element type and shape (``shapes`` gives the dimensions the file leaves open: symbolic,
+    ``-1`` or ``0``); what :func:`freeze_inputs` writes into the model, and onnxruntime is fed beside it.
+
+    >>> from onnx import TensorProto, helper
+    >>> sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
+    >>> g = helper.make_graph([helper.make_node("Identity", ["sr"], ["y"])], "g", [sr],
+    ...                       [helper.make_tensor_value_info("y", TensorProto.INT64, [])])
+    >>> frozen_inputs(helper.make_model(g), {"sr": (16000,)})
+    {'sr': array(16000)}
+    """
+    from onnx import helper
+
+    from ...core.input_values import frozen_array
+
+    out = {}
+    for vi in model.graph.input:
+        if vi.name not in values:
+            continue
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
+            raise UnsupportedError(f"{what}: input '{vi.name}' has no tensor shape; --input-value needs one")
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in t.shape.dim]
+        given = (shapes or {}).get(vi.name)
+        if given is None and None in dims:
+            raise UnsupportedError(f"{what}: input '{vi.name}' has open dimensions "
+                                   f"({'x'.join('?' if d is None else str(d) for d in dims)}); give them with "
+                                   "--input-shape as well as its value")
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        except Exception:  # noqa: BLE001 - strings, float8 and other types no number is written in
+            dtype = None
+        if dtype is None or dtype.kind not in "biufc":
+            raise UnsupportedError(f"{what}: input '{vi.name}' has element type {t.elem_type}; --input-value "
+                                   "writes numbers")
+        out[vi.name] = frozen_array(vi.name, values[vi.name], dtype.name, given if given is not None else dims, what)
+    return out
+
+
 def freeze_inputs(model, values: dict, shapes: dict | None = None, what: str = "model") -> None:
-    """Make each graph input named in ``values`` (name -> numbers, as ``--input-value`` gives them) an initializer
-    of that value, in place, in the input's element type and shape (``shapes`` gives the dimensions the file
-    leaves symbolic); :func:`.onnx_fold.fold_shapes` then folds what it decides (an ``If`` on it is inlined).
+    """Make each graph input named in ``values`` an initializer of its value (:func:`frozen_inputs`), in place;
+    :func:`.onnx_fold.fold_shapes` then folds what it decides (an ``If`` on it is inlined).
 
     >>> import onnx
     >>> from onnx import TensorProto, helper
@@ -135,32 +174,13 @@ def freeze_inputs(model, values: dict, shapes: dict | None = None, what: str = "
     """
     if not values:
         return
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
 
-    from ...core.input_values import frozen_array
-
+    arrays = frozen_inputs(model, values, shapes, what)
     for vi in list(model.graph.input):
-        if vi.name not in values:
-            continue
-        t = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
-            raise UnsupportedError(f"{what}: input '{vi.name}' has no tensor shape; --input-value needs one")
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-        given = (shapes or {}).get(vi.name)
-        if given is None and None in dims:
-            raise UnsupportedError(f"{what}: input '{vi.name}' has open dimensions "
-                                   f"({'x'.join('?' if d is None else str(d) for d in dims)}); give them with "
-                                   "--input-shape as well as its value")
-        try:
-            dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        except Exception:  # noqa: BLE001 - strings, float8 and other types no number is written in
-            dtype = None
-        if dtype is None or dtype.kind not in "biufc":
-            raise UnsupportedError(f"{what}: input '{vi.name}' has element type {t.elem_type}; --input-value "
-                                   "writes numbers")
-        arr = frozen_array(vi.name, values[vi.name], dtype.name, given if given is not None else dims, what)
-        model.graph.initializer.append(numpy_helper.from_array(arr, vi.name))
-        model.graph.input.remove(vi)
+        if vi.name in arrays:
+            model.graph.initializer.append(numpy_helper.from_array(arrays[vi.name], vi.name))
+            model.graph.input.remove(vi)
 
 
 def branch_inputs(model) -> list[str]:
