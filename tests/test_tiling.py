@@ -2,6 +2,7 @@
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -299,7 +300,7 @@ def test_compare_tile_checks_tiled_against_untiled(capsys):
     assert rc == 0, text
     assert "tiled outputs bit-identical to the untiled model's" in text
     ratio = float(text.split("patch tiling: our plan")[1].split("(")[1].split("x")[0])
-    assert ratio > 1.0          # the int8 model (2.4x) is run on the board by the next test
+    assert ratio > 1.0          # float: 1.38x; the int8 model's >= 2x is checked on the board by the next test
 
 
 @pytest.mark.slow
@@ -309,3 +310,5 @@ def test_micro_tile_runs_in_qemu_against_the_untiled_model(tmp_path, capsys):
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "max abs error vs TVM 0 (ok)" in text and "vs TFLite Micro: bit-identical (ok)" in text
+    before, after = (int(v.replace(",", "")) for v in re.search(r"plan ([\d,]+) -> ([\d,]+) B", text).groups())
+    assert before >= 2.0 * after        # the int8 model's plan at least halves (was compare's check on it)
