@@ -140,4 +140,9 @@ def test_torchvision_mobilenet_v2_pt2_tiles_with_identical_outputs(tmp_path):
     chosen = tiled.tiling["chosen"]
     assert chosen is not None and chosen["mac_overhead"] <= 0.15
     assert tiled.memsched_planned_bytes < plain.memsched_planned_bytes
-    assert tiled.numerics_ok and tiled.max_abs_diff == 0.0     # `compare --tile` itself: test_tiling.py
+    assert tiled.numerics_ok and tiled.max_abs_diff == 0.0
+    from test_cli import run
+
+    proc = run("compare", str(path), "--tile", "--tile-grid", "2x2", "--no-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "patch tiling" in proc.stdout and "chosen" in proc.stdout
