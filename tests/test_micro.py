@@ -412,3 +412,23 @@ def test_inputs_and_outputs_live_in_the_arena(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(zero_copy.outputs, copying.outputs))
     with pytest.raises(MemschedError, match="no zero-copy API"):
         micro.run_host(apart, api="zero-copy")
+
+
+def test_nan_outputs_agree_with_the_runtimes_nan():
+    """TensorFlow's converter's float LOG on negative inputs is NaN in every runtime: equal NaN is agreement
+    (was 'max abs error 0 (MISMATCH)'), NaN against a number is not."""
+    from tvm_memsched.micro.sidebyside import check_against_tflite
+    from tvm_memsched.tflite.builder import load
+    from tvm_memsched.tflite.verify import litert_run_sequence
+
+    with open(os.path.join(os.path.dirname(__file__), "data", "coverage", "log.float32.tflite"), "rb") as f:
+        buf = f.read()
+    sg = load(buf).subgraphs[0]
+    shape = [int(d) for d in sg.tensors[sg.inputs[0]].shape]
+    x = np.linspace(-2, 2, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    ref = [np.asarray(v) for v in litert_run_sequence(buf, [[x]], reference_kernels=True)[0].values()]
+    assert np.isnan(ref[0]).any()
+    chk = check_against_tflite(buf, [x], ref)
+    assert chk["ok"] and chk["tflm"]["max_abs_diff"] < 1e-5
+    wrong = [np.nan_to_num(ref[0], nan=0.0)]
+    assert not check_against_tflite(buf, [x], wrong)["ok"]
