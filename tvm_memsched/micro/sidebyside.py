@@ -35,12 +35,25 @@ __all__ = ["tflm_refuses", "tflm_reference", "default_export", "check_against_tf
 #: operators TFLite Micro and LiteRT refuse to run on a negative (quantized) value
 NON_NEGATIVE_OPS = ("RSQRT", "SQRT")
 
-#: (operator, quantized) -> why TFLite Micro's output is undefined, so LiteRT's reference kernels decide: its
+#: operator -> why TFLite Micro's output is undefined, so LiteRT's reference kernels decide: its
 #: SPACE_TO_BATCH_ND allocates ``SpaceToBatchParams`` as a persistent buffer and never writes
-#: ``output_offset``, the value it pads a quantized tensor with (whatever that memory held: 1 LSB off on one
-#: machine, 33 on another)
-TFLM_UNDEFINED = {("SPACE_TO_BATCH_ND", True): "TFLite Micro pads quantized SPACE_TO_BATCH_ND with an "
-                                               "uninitialised output_offset"}
+#: ``output_offset``, whose low byte it ``memset``s into every padded element, of any dtype (an int8 file was
+#: 1 LSB off on one machine and 33 on another; a float32 one 9.6e30 off). Without padding the output is defined.
+TFLM_UNDEFINED = {"SPACE_TO_BATCH_ND": "TFLite Micro pads SPACE_TO_BATCH_ND with an uninitialised output_offset"}
+
+
+def _pads(m, sg, op) -> bool:
+    """False only if the operator's paddings operand (input 2) is a constant of zeros."""
+    import numpy as np
+
+    ins = list(op.inputs) if op.inputs is not None else []
+    if len(ins) < 3 or int(ins[2]) < 0:
+        return True
+    t = sg.tensors[int(ins[2])]
+    data = m.buffers[t.buffer].data if 0 < t.buffer < len(m.buffers or []) else None
+    if data is None or not len(data):
+        return True
+    return bool(np.any(np.frombuffer(bytes(bytearray(data)), dtype=np.uint8)))
 
 
 def tflm_undefined(buf: bytes) -> str | None:
@@ -56,12 +69,9 @@ def tflm_undefined(buf: bytes) -> str | None:
     m = load(bytes(buf))
     for sg in m.subgraphs or []:
         for op in sg.operators or []:
-            ins = [int(i) for i in (op.inputs if op.inputs is not None else []) if int(i) >= 0]
-            quantized = any(sg.tensors[i].quantization is not None and sg.tensors[i].quantization.scale is not None
-                            and len(sg.tensors[i].quantization.scale) for i in ins[:1])
-            why = TFLM_UNDEFINED.get((opcode_name(m.operatorCodes[op.opcodeIndex]), quantized))
-            if why:
-                return why
+            name = opcode_name(m.operatorCodes[op.opcodeIndex])
+            if name in TFLM_UNDEFINED and _pads(m, sg, op):
+                return TFLM_UNDEFINED[name]
     return None
 
 
