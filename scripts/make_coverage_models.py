@@ -144,6 +144,21 @@ def cases():
             return i + 1, v * 0.5 + 1.0
         return lambda x: tf.while_loop(lambda i, v: i < 3, body, (tf.constant(0), x))[1]
 
+    def while_data(rng):
+        def body(i, v):
+            return i + 1, v * 1.5 + 0.25
+        return lambda x: tf.while_loop(lambda i, v: tf.reduce_max(v) < 4.0, body, (tf.constant(0), x),
+                                       maximum_iterations=6)[1]
+
+    def while_nested(rng):
+        def inner(j, v):
+            return j + 1, v * 0.75 + 0.5
+
+        def body(i, v):
+            v = tf.while_loop(lambda j, w: j < 2, inner, (tf.constant(0), v))[1]
+            return i + 1, tf.concat([v[..., 1:], v[..., :1]], -1) - 0.25
+        return lambda x: tf.while_loop(lambda i, v: i < 3, body, (tf.constant(0), x))[1]
+
     def embedding(rng):
         table = const(rng, (256, 4))
         return lambda ids: tf.nn.embedding_lookup(table, ids)
@@ -308,8 +323,15 @@ def cases():
                "resource variables carried over between invocations)", resources=True),
         C("gru", ["FULLY_CONNECTED", "LOGISTIC"], [((1, 4, 3), F, *q)],
           keras_rnn("GRU", 5, (1, 4, 3), unroll=True), note="Keras GRU, unrolled"),
+        C("gru_loop", ["WHILE"], [((1, 6, 3), F, *q)], keras_rnn("GRU", 5, (1, 6, 3), return_sequences=True),
+          note="Keras GRU as a loop over the steps (the converter fuses no GRU: a WHILE over tensor lists)"),
+        C("simple_rnn", ["WHILE"], [((1, 5, 4), F, *q)], keras_rnn("SimpleRNN", 6, (1, 5, 4)),
+          note="Keras SimpleRNN, last step (a WHILE over the steps)"),
         C("unpack", ["UNPACK"], [((1, 3, 4), F, *q)], unary(lambda x: tf.unstack(x, axis=1))),
         C("while", ["WHILE"], [x4()], while_loop),
+        C("while_nested", ["WHILE"], [x4()], while_nested, note="a loop in a loop, both counted"),
+        C("while_data", ["WHILE"], [x4()], while_data,
+          note="a loop whose trip count depends on the data (stays a loop: no C export)"),
         C("variable", ["VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"], [((1, 4), F, *q)], var_state,
           note="stateful: the variable carries over between invocations", resources=True),
     ]

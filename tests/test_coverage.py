@@ -15,9 +15,6 @@ import coverage_models as C
 KNOWN = {
     "transpose_conv.hybrid.tflite": (r"dynamic range quantization: 'TRANSPOSE_CONV'",
                                      "dynamic-range quantized TRANSPOSE_CONV is not imported yet"),
-    "unidirectional_sequence_lstm_stateful.float32.tflite": (r"SLICE with computed bounds",
-                                                             "a Keras stateful LSTM is a WHILE loop slicing at its "
-                                                             "counter: refused by name"),
 }
 
 ENTRIES = C.entries()

@@ -247,6 +247,20 @@ def fit_report(exp: MicroExport) -> str:
 
 
 # ---------------------------------------------------------------- pipeline
+def _refuse_loops(mod) -> None:
+    """A loop the importer could not unroll (a TFLite WHILE whose trip count depends on the data, imported as
+    a recursive Relax function) has no C export: refused by name, with the importer's reason."""
+    from ..relax.frontends.frontend import LOOPS_ATTR
+
+    loops = sorted(gv.name_hint for gv in mod.get_global_vars() if gv.name_hint.startswith("tflite_while"))
+    if not loops:
+        return
+    why = mod.attrs.get(LOOPS_ATTR) if mod.attrs is not None else None
+    raise UnsupportedError(f"control flow (TFLite WHILE, imported as Relax function '{loops[0]}') is not "
+                           "supported by the C export" + (f": {why}" if why else "") + "; a loop is unrolled when "
+                           "its trip count follows from constants")
+
+
 def _tvm_call(fn, what: str):
     """Run a TVM step; TVM's own errors become UnsupportedError with their last line."""
     try:
@@ -427,6 +441,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         raise UnsupportedError(f"unknown kernel choice '{kernels}': use 'auto', 'fast' or 'tvm'")
     mod, _ = c_safe_names(mod)    # names from the model file never reach generated C as written
     mod, branches = if_to_select(mod)
+    _refuse_loops(mod)
     states = model_states(mod)
     io = io_in_arena and not states          # a stateful model's inputs and outputs stay the caller's
     if planner not in ("tvm_memsched", "tvm"):

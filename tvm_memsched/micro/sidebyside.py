@@ -72,6 +72,13 @@ def tflm_undefined(buf: bytes) -> str | None:
             name = opcode_name(m.operatorCodes[op.opcodeIndex])
             if name in TFLM_UNDEFINED and _pads(m, sg, op):
                 return TFLM_UNDEFINED[name]
+            if name == "WHILE" and op.builtinOptions is not None:
+                body = op.builtinOptions.bodySubgraphIndex
+                if 0 < body < len(m.subgraphs) and any(
+                        t.shapeSignature is not None and any(int(d) < 0 for d in t.shapeSignature)
+                        for t in m.subgraphs[body].tensors or []):
+                    return ("the loop body's tensors change shape between iterations (a tensor list sliced at "
+                            "the counter), which TFLite Micro does not resize")
     return None
 
 

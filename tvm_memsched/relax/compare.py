@@ -127,11 +127,15 @@ class Comparison:
                               "tvm_memsched": _merge(self.common_pass_seconds, self.memsched_pass_seconds)}, n)
 
     def summary(self) -> str:
-        mb = lambda n: f"{n / 1e6:.3f} MB"  # noqa: E731
+        if max(self.default_planned_bytes, self.memsched_live_peak_with_workspace_bytes or 0) >= 100_000:
+            mb = lambda n: f"{n / 1e6:.3f} MB"  # noqa: E731
+        else:                          # a small model: bytes, not 0.000 MB
+            mb = lambda n: f"{n:,} B"  # noqa: E731
+        ratio = f"{self.ratio:.2f}x less" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x more"
         lines = [
             f"model {self.model} on {self.target} (method {self.method})",
             f"  planned activation memory: TVM default {mb(self.default_planned_bytes)}, "
-            f"tvm_memsched {mb(self.memsched_planned_bytes)}  ({self.ratio:.2f}x less)",
+            f"tvm_memsched {mb(self.memsched_planned_bytes)}  ({ratio})",
             f"  in-place execution: {self.inplace_taken} kernel output(s) over a dying input; our plan without "
             f"in-place {mb(self.memsched_planned_no_inplace_bytes)} "
             f"({self.memsched_planned_no_inplace_bytes / max(1, self.memsched_planned_bytes):.2f}x)"

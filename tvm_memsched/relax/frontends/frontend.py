@@ -34,7 +34,7 @@ import os
 
 from ...core.errors import InputFileError, UnsupportedError, last_line
 
-__all__ = ["from_file", "from_tflite_file", "from_tflite_bytes", "tensors_by_index", "MODEL_EXTENSIONS"]
+__all__ = ["from_file", "from_tflite_file", "from_tflite_bytes", "tensors_by_index", "MODEL_EXTENSIONS", "LOOPS_ATTR"]
 
 #: model file extensions :func:`from_file` imports
 MODEL_EXTENSIONS = (".tflite", ".onnx", ".pt2")
@@ -91,10 +91,13 @@ def from_tflite_bytes(buf: bytes, what: str = "model", input_shapes: dict | None
 
     def run():
         from .tflite_fold import bind_inputs, static_shapes
+        from .tflite_unroll import unroll_while
 
         model = tflite.Model.GetRootAsModel(_per_tensor_dimension_zero(buf, tflite), 0)
         if model.SubgraphsLength():
             model = tflite.Model.GetRootAsModel(bind_inputs(bytes(model._tab.Bytes), input_shapes, what), 0)
+            unrolled, loops[:] = unroll_while(bytes(model._tab.Bytes))
+            model = tflite.Model.GetRootAsModel(unrolled, 0)
 
             model = tflite.Model.GetRootAsModel(static_shapes(bytes(model._tab.Bytes), model), 0)
         if model.SubgraphsLength() < 1:
@@ -105,12 +108,19 @@ def from_tflite_bytes(buf: bytes, what: str = "model", input_shapes: dict | None
                 return import_stateful(model, OperatorConverter)
             return from_tflite(model, op_converter=OperatorConverter)
 
+    loops = []
     # the flatbuffer reader and the frontend raise assorted errors on bad input
     mod = quiet_import(run, lambda e: InputFileError(f"{what} could not be imported: {last_line(e, 400)}"))
     from .input_shapes import check_static
 
     check_static(mod, what)        # and every tensor within the size limit
-    return mod
+    kept = [f"WHILE '{u.name}' stays a loop: {u.reason}" for u in loops if u.trips is None]
+    return mod.with_attr(LOOPS_ATTR, "; ".join(kept)) if kept else mod
+
+
+#: IRModule attribute naming the ``WHILE`` loops of a .tflite file left as loops, and why
+#: (:func:`.tflite_unroll.unroll_while`)
+LOOPS_ATTR = "tvm_memsched_loops"
 
 
 @contextlib.contextmanager

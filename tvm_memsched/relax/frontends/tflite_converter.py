@@ -133,6 +133,18 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
 
         return folded
 
+    def get_expr(self, input_tensor_idx):
+        """TVM's, with a constant operand where TVM's converter expects an activation (a SLICE of a constant
+        tensor list an unrolled loop starts from: :mod:`.tflite_unroll`) made a constant."""
+        if not self.has_expr(input_tensor_idx) and input_tensor_idx not in self.folded:
+            tensor = self.subgraph.Tensors(input_tensor_idx)
+            buffer = self.model.Buffers(tensor.Buffer())
+            if buffer is not None and buffer.DataLength():
+                from tvm.relax.frontend.tflite.tflite_frontend import TensorWrapper
+
+                return self.get_tensor_expr(TensorWrapper(input_tensor_idx, tensor, buffer))
+        return super().get_expr(input_tensor_idx)
+
     def get_tensor_expr(self, tensor, is_sparse=False):
         """TVM's, with folded shape arithmetic as constants."""
         if tensor.tensor_idx in self.folded and not self.has_expr(tensor.tensor_idx):

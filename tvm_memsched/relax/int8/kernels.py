@@ -210,6 +210,8 @@ def schedule_reductions(func, output_block: str) -> tvm.tirx.PrimFunc:
     producers = [b for b in sch.get_child_blocks(root) if sch.get(b).name_hint != output_block]
     for blk in reversed(producers):
         loops = sch.get_loops(out)
+        if not loops:                   # a scalar: each block computes its one element already
+            break
         sch.compute_at(blk, loops[-1], preserve_unit_loops=False)
     return sch.mod["main"]
 

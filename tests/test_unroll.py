@@ -1,0 +1,133 @@
+"""WHILE loops with a static trip count unrolled at import (:mod:`tvm_memsched.relax.frontends.tflite_unroll`),
+on loops TensorFlow's converter wrote: tf.while_loop (float, int8, float16, nested), Keras GRU, SimpleRNN and
+stateful LSTM over their steps. The unrolled file runs in LiteRT exactly as the file does; a loop whose
+condition reads the data stays a loop, and the C export refuses it naming why."""
+
+import os
+
+import numpy as np
+import pytest
+
+from test_cli import run
+from tvm_memsched.relax.frontends import tflite_unroll
+from tvm_memsched.relax.frontends.tflite_unroll import unroll_while
+from tvm_memsched.tflite.builder import load, opcode_name
+
+FOLDER = os.path.join(os.path.dirname(__file__), "data", "coverage")
+
+#: file -> trip counts of the loops unrolled, outermost first (nested ones as their copies reach subgraph 0)
+UNROLLED = {
+    "while.float32.tflite": [3],
+    "while.int8.tflite": [3],
+    "while.float16.tflite": [3],
+    "while_nested.float32.tflite": [3, 2, 2, 2],
+    "while_nested.int8.tflite": [3, 2, 2, 2],
+    "gru_loop.float32.tflite": [6],
+    "simple_rnn.float32.tflite": [5],
+    "unidirectional_sequence_lstm_stateful.float32.tflite": [3],
+}
+
+
+def _read(name):
+    with open(os.path.join(FOLDER, name), "rb") as f:
+        return f.read()
+
+
+def _litert(buf, feeds, invocations=1):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_content=buf, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    outs = []
+    for _ in range(invocations):
+        for d, x in zip(it.get_input_details(), feeds):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        outs.append([it.get_tensor(d["index"]).copy() for d in it.get_output_details()])
+    return outs
+
+
+def _feeds(buf, seed=0):
+    from ai_edge_litert.interpreter import Interpreter
+
+    rng = np.random.default_rng(seed)
+    it = Interpreter(model_content=buf)
+    feeds = []
+    for d in it.get_input_details():
+        if np.issubdtype(d["dtype"], np.integer):
+            info = np.iinfo(d["dtype"])
+            feeds.append(rng.integers(info.min, info.max, d["shape"], endpoint=True).astype(d["dtype"]))
+        else:
+            feeds.append(rng.uniform(-2, 2, d["shape"]).astype(d["dtype"]))
+    return feeds
+
+
+def _ops(buf):
+    m = load(buf)
+    return [opcode_name(m.operatorCodes[o.opcodeIndex]) for o in m.subgraphs[0].operators]
+
+
+@pytest.mark.parametrize("name", sorted(UNROLLED))
+def test_unrolled_file_runs_in_litert_exactly_as_the_loop(name):
+    buf = _read(name)
+    out, done = unroll_while(buf)
+    assert [u.trips for u in done] == UNROLLED[name], done
+    assert "WHILE" in _ops(buf) and "WHILE" not in _ops(out)
+    feeds = _feeds(buf)
+    n = 3 if "stateful" in name else 1                 # a stateful model carries its state on
+    for want, got in zip(_litert(buf, feeds, n), _litert(out, feeds, n)):
+        assert len(want) == len(got)
+        for a, b in zip(want, got):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_body_weights_are_shared_by_every_copy_not_repeated():
+    buf = _read("gru_loop.float32.tflite")
+    out, _ = unroll_while(buf)
+    m = load(out)
+    matrices = [t.name for t in m.subgraphs[0].tensors if t.buffer and m.buffers[t.buffer].data is not None
+                and len(m.buffers[t.buffer].data) >= 60]
+    # the GRU's two kernels and two biases once each, and the output tensor list's initial zeros
+    assert sorted(matrices) == [b"TensorArrayV2_1", b"while/while/BiasAdd", b"while/while/BiasAdd_1",
+                                b"while/while/MatMul", b"while/while/MatMul_1"]
+
+
+def test_a_loop_on_the_data_stays_a_loop_and_says_why():
+    buf = _read("while_data.float32.tflite")
+    out, done = unroll_while(buf)
+    assert out is buf
+    assert [(u.trips, u.reason) for u in done] == [(None, "its condition depends on the data")]
+
+
+def test_a_loop_over_the_trip_limit_stays_a_loop(monkeypatch):
+    monkeypatch.setattr(tflite_unroll, "MAX_TRIPS", 2)
+    buf = _read("while.float32.tflite")
+    out, done = unroll_while(buf)
+    assert out is buf and done[0].trips is None and "more than 2 times" in done[0].reason
+
+
+def test_a_loop_over_the_operator_limit_stays_a_loop():
+    buf = _read("gru_loop.float32.tflite")
+    out, done = unroll_while(buf, max_ops=20)
+    assert out is buf and done[0].trips is None and "would exceed 20 operators" in done[0].reason
+
+
+def test_files_without_loops_and_other_bytes_are_returned_as_they_are():
+    buf = _read("add.float32.tflite")
+    assert unroll_while(buf) == (buf, [])
+    assert unroll_while(b"not a model") == (b"not a model", [])
+
+
+@pytest.mark.slow
+def test_micro_runs_an_unrolled_rnn_and_refuses_a_data_dependent_loop_by_name(tmp_path):
+    """The Keras GRU loop runs on the board like LiteRT; TFLite Micro's outputs for it are undefined (its
+    body slices tensor lists whose shape changes from step to step, which TFLM does not resize)."""
+    proc = run("micro", os.path.join(FOLDER, "gru_loop.float32.tflite"), "-b", "mps2-an386", "--out",
+               str(tmp_path / "gru"), "--run", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vs LiteRT reference kernels: max abs diff" in proc.stdout and "e-08 (ok)" in proc.stdout
+    assert "TFLite Micro's outputs are undefined (the loop body's tensors change shape" in proc.stdout
+    proc = run("micro", os.path.join(FOLDER, "while_data.int8.tflite"), "-b", "mps2-an386", "--out",
+               str(tmp_path / "data"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "WHILE 'while;Identity' stays a loop: its condition depends on the data" in proc.stderr
