@@ -406,7 +406,9 @@ res = {}
 if path.endswith(".onnx"):
     import onnxruntime as ort
     res["runtime"] = "onnxruntime"
-    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.x64quantprecision", "1")   # exact integer products, as compare's
+    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     types = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
              "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8", "tensor(uint8)": "uint8",
              "tensor(bool)": "bool"}

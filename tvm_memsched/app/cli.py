@@ -266,7 +266,8 @@ def _initial_state_inputs(mod):
 
 def _onnxruntime_reference(path: str, mod, input_shapes=None):
     """onnxruntime running the file, fed compare's inputs and the values ``--input-value`` froze (made as the
-    importer makes them, :func:`~tvm_memsched.relax.frontends.onnx_frontend.frozen_inputs`)."""
+    importer makes them, :func:`~tvm_memsched.relax.frontends.onnx_frontend.frozen_inputs`), with exact
+    integer matrix products (``session.x64quantprecision``: the ONNX specification's results on every CPU)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -276,16 +277,22 @@ def _onnxruntime_reference(path: str, mod, input_shapes=None):
     try:
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
+        # exact integer products: without it onnxruntime's u8s8 kernels on x86 CPUs without VNNI (vpmaddubsw)
+        # saturate pairs of products to int16, so a dynamically quantized file's outputs depend on the machine
+        opts.add_session_config_entry("session.x64quantprecision", "1")
+        opts.intra_op_num_threads = 1      # its DynamicQuantizeLSTM quantizes a batch in per-thread chunks
         session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     except Exception:  # noqa: BLE001 - onnxruntime refuses the file: no reference, compare still runs
         return None
+    import onnx
+
+    from ..relax.compare import DYNAMIC_QUANTIZATION_SPREAD
+    from ..relax.frontends.onnx_frontend import frozen_inputs, quantizes_at_run_time
+
+    model = onnx.load(path, load_external_data=False)
     shapes, frozen = as_input_shapes(input_shapes), {}
     if shapes.frozen:
-        import onnx
-
-        from ..relax.frontends.onnx_frontend import frozen_inputs
-
-        frozen = frozen_inputs(onnx.load(path, load_external_data=False), shapes.frozen, shapes, path)
+        frozen = frozen_inputs(model, shapes.frozen, shapes, path)
     names = [i.name for i in session.get_inputs() if i.name not in frozen]
     if len(names) != len(mod["main"].params):
         return None
@@ -293,6 +300,8 @@ def _onnxruntime_reference(path: str, mod, input_shapes=None):
     def run(inputs):
         return session.run(None, {**dict(zip(names, inputs)), **frozen})
 
+    if quantizes_at_run_time(model):
+        return "onnxruntime (CPU)", run, None, DYNAMIC_QUANTIZATION_SPREAD
     return "onnxruntime (CPU)", run
 
 

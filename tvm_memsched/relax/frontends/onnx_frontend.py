@@ -37,18 +37,20 @@ from .native_log import quiet_import
 from .onnx_data import check_activation_sizes, resolve_tensors
 from .onnx_fold import fold_shapes
 
-__all__ = ["from_onnx_bytes", "frozen_inputs", "freeze_inputs", "branch_inputs", "unknown_dims_to_symbols", "upgrade_opset", "MIN_OPSET"]
+__all__ = ["from_onnx_bytes", "quantizes_at_run_time", "RUN_TIME_QUANTIZERS", "frozen_inputs", "freeze_inputs", "branch_inputs", "unknown_dims_to_symbols", "upgrade_opset", "MIN_OPSET"]
 
 
 @contextlib.contextmanager
 def _our_converters():
-    """TVM's ONNX operator table with the operators it lacks (:mod:`.onnx_recurrent`), for the block."""
+    """TVM's ONNX operator table with the operators it lacks (:mod:`.onnx_recurrent`, :mod:`.onnx_integer`),
+    for the block."""
     from tvm.relax.frontend.onnx import onnx_frontend
 
+    from .onnx_integer import integer_converters
     from .onnx_recurrent import recurrent_converters
 
     original = onnx_frontend._get_convert_map
-    ours = recurrent_converters()
+    ours = {**recurrent_converters(), **integer_converters()}
 
     def convert_map():
         return {**original(), **ours}
@@ -58,6 +60,35 @@ def _our_converters():
         yield
     finally:
         onnx_frontend._get_convert_map = original
+
+
+#: operators that quantize an activation at run time (onnxruntime's ``quantize_dynamic`` writes them)
+RUN_TIME_QUANTIZERS = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeLSTM", "DynamicQuantizeMatMul",
+                                 "MatMulIntegerToFloat"})
+
+
+def quantizes_at_run_time(model) -> bool:
+    """True if an ONNX ``model`` (or a graph nested in it) holds a :data:`RUN_TIME_QUANTIZERS` operator.
+
+    >>> from onnx import TensorProto, helper
+    >>> g = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"])], "g",
+    ...                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+    ...                       [helper.make_tensor_value_info("q", TensorProto.UINT8, [4])])
+    >>> quantizes_at_run_time(helper.make_model(g))
+    True
+    """
+    def walk(graph):
+        for n in graph.node:
+            if n.op_type in RUN_TIME_QUANTIZERS:
+                return True
+            for a in n.attribute:
+                if a.g is not None and a.g.node and walk(a.g):
+                    return True
+                if any(walk(g) for g in a.graphs):
+                    return True
+        return False
+
+    return walk(model.graph)
 
 
 #: the oldest default-domain opset TVM's ONNX frontend is written for (most converters have only ``_impl_v13``)

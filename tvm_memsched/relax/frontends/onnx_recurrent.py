@@ -20,20 +20,30 @@ specification writes its equations:
 The input projection ``X W^T + Wb`` is one matrix product over the whole sequence; the recurrent part is
 one small product per step.
 
+onnxruntime's contrib operator ``com.microsoft.DynamicQuantizeLSTM`` (what its ``quantize_dynamic`` makes of an
+LSTM) is the same unrolling with int8/uint8 weights ``W [dirs, input, 4*hidden]`` and ``R [dirs, hidden,
+4*hidden]`` (transposed against ``LSTM``'s), scales per direction or per gate column and one zero point per
+direction. Its matrix products are computed as onnxruntime computes them: the operand is quantized to uint8
+at run time (the whole sequence at once for ``X W``, the hidden state anew at every step for ``h R``;
+``scale = (max(x, 0) - min(x, 0)) / 255``, 1 when that range is empty, zero point and values rounded half to
+even, :func:`dynamic_quantize`), multiplied in int32 and scaled back by ``x_scale * w_scale``; the two biases
+are summed. Only ``layout`` 0, as onnxruntime. onnxruntime quantizes the hidden state of a batch in chunks, one
+per thread, when the batch has more than one sequence: our results are those of one thread.
+
 Example
 -------
 >>> sorted(recurrent_converters())
-['GRU', 'LSTM', 'RNN']
+['DynamicQuantizeLSTM', 'GRU', 'LSTM', 'RNN']
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["recurrent_converters", "RECURRENT_OPS"]
+__all__ = ["recurrent_converters", "dynamic_quantize", "RECURRENT_OPS"]
 
 #: the ONNX operators this module converts
-RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+RECURRENT_OPS = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
 
 
 def _static(expr, what: str) -> list[int]:
@@ -122,7 +132,7 @@ class _Unroller:
 
         self.kind, self.gates, self.bb, self.attr = kind, gates, bb, attr
         self.op = relax.op
-        x, w, r = inputs[0], inputs[1], inputs[2]
+        x, w, r = (bb.normalize(v) for v in inputs[:3])
         self.layout = int(attr.get("layout", 0))
         xs = _static(x, f"{kind} input X")
         if len(xs) != 3:
@@ -188,6 +198,10 @@ class _Unroller:
     def step_input(self, xw, t):
         return self.op.squeeze(self.op.strided_slice(xw, [0], [t], [t + 1]), [0])
 
+    def recurrent(self, z, h, rt):
+        """``z + h R^T`` (``rt``: what :meth:`projections` returned for ``R^T``)."""
+        return self.op.add(z, self.op.matmul(h, rt))
+
     def gate(self, v, k, n=1):
         """Gates ``k .. k+n-1`` of a ``[batch, gates*hidden]`` value."""
         h = self.hidden
@@ -215,11 +229,103 @@ class _Unroller:
         return relax.Tuple([self.emit(o) for o in out])
 
 
-def _lstm(bb, inputs, attr):
-    u = _Unroller("LSTM", 4, bb, inputs, attr)
+def dynamic_quantize(bb, x):
+    """``(q - zero_point as int32, scale)``: ``x`` (float32) quantized to uint8 over its whole extent as
+    onnxruntime quantizes a matrix product's operand at run time (``DynamicQuantizeLinear``,
+    ``GetQuantizationParameter``): the range widened to hold 0, ``scale = (max - min) / 255`` (1 when
+    ``max == min``), ``zero_point = round(clip(-min / scale, 0, 255))``, ``q = clip(round(x / scale) +
+    zero_point, 0, 255)``, rounding half to even (TVM's ``round``).
+
+    >>> from tvm import relax
+    >>> bb = relax.BlockBuilder()
+    >>> x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    >>> with bb.function("f", [x]):
+    ...     q, s = dynamic_quantize(bb, x)
+    ...     _ = bb.emit_func_output(relax.Tuple([q, s]))
+    >>> str(q.ty.dtype), str(s.ty.dtype)
+    ('int32', 'float32')
+    """
+    from tvm import relax
+
+    op = relax.op
+    zero, one = relax.const(0.0, "float32"), relax.const(1.0, "float32")
+    hi = op.maximum(zero, op.max(x))
+    lo = op.minimum(zero, op.min(x))
+    scale = bb.normalize(op.where(op.equal(hi, lo), one,
+                                  op.divide(op.subtract(hi, lo), relax.const(255.0, "float32"))))
+    zp = bb.normalize(op.round(op.clip(op.divide(op.negative(lo), scale), 0, 255)))
+    q = op.clip(op.add(op.round(op.divide(x, scale)), zp), 0, 255)
+    return bb.normalize(op.astype(op.subtract(q, zp), "int32")), scale
+
+
+class _QuantizedUnroller(_Unroller):
+    """``DynamicQuantizeLSTM``'s frame: quantized weights, products as onnxruntime computes them."""
+
+    def __init__(self, bb, inputs, attr):
+        from tvm import relax
+
+        op = relax.op
+        w, r = bb.normalize(inputs[1]), bb.normalize(inputs[2])
+        for name, v in (("W", w), ("R", r)):
+            if v.ty.dtype not in ("int8", "uint8"):
+                raise ValueError(f"DynamicQuantizeLSTM: weights {name} must be int8 or uint8, got {v.ty.dtype}")
+        if int(attr.get("layout", 0)):
+            raise ValueError("DynamicQuantizeLSTM: only layout 0 ([seq, batch, ...]) is defined")
+        # LSTM's frame checks [dirs, 4*hidden, input] and [dirs, 4*hidden, hidden]
+        t = [bb.normalize(op.permute_dims(v, [0, 2, 1])) for v in (w, r)]
+        super().__init__("DynamicQuantizeLSTM", 4, bb, [inputs[0], t[0], t[1], *inputs[3:8]], attr)
+        self.wq, self.rq = w, r
+        self.scales = inputs[8], inputs[10]
+        self.zero_points = inputs[9], inputs[11]
+
+    def _weights(self, k: int, d: int):
+        """Direction ``d`` of W (``k`` 0) or R (1) as ``int32(w) - zero_point`` ``[rows, 4*hidden]``, and its
+        scale per gate column ``[4*hidden]`` (constants: the scales and zero points must be)."""
+        import tvm
+        from tvm import relax
+
+        op = self.op
+        zp, scale = self.zero_points[k], self.scales[k]
+        if not (isinstance(zp, tvm.ir.Constant) and isinstance(scale, tvm.ir.Constant)):
+            raise ValueError("DynamicQuantizeLSTM: the weights' scales and zero points must be constants")
+        g = self.gates * self.hidden
+        z = int(np.asarray(zp.value.numpy()).reshape(self.directions, -1)[d, 0])   # onnxruntime reads the first
+        sc = np.asarray(scale.value.numpy(), dtype=np.float32).reshape(self.directions, -1)[d]
+        sc = np.broadcast_to(sc, (g,)).astype(np.float32)
+        w = self.emit(op.squeeze(op.strided_slice((self.wq, self.rq)[k], [0], [d], [d + 1]), [0]))
+        w = self.emit(op.subtract(op.astype(w, "int32"), relax.const(z, "int32")))
+        return w, relax.const(sc, "float32")
+
+    def _product(self, x, w, w_scale):
+        """``x @ w`` as onnxruntime's quantized GEMM: ``float(int32 product) * (x_scale * w_scale)``."""
+        op = self.op
+        q, s = dynamic_quantize(self.bb, x)
+        acc = op.matmul(q, w, out_dtype="int32")
+        return op.multiply(op.astype(acc, "float32"), op.multiply(s, w_scale))
+
+    def projections(self, d):
+        op = self.op
+        g = self.gates * self.hidden
+        w, ws = self._weights(0, d)
+        r, rs = self._weights(1, d)
+        xw = self._product(op.reshape(self.x, (self.seq * self.batch, self.input_size)), w, ws)
+        xw = self.emit(op.reshape(xw, (self.seq, self.batch, g)))
+        rb = None
+        if self.b is not None:                 # Wb + Rb, summed once (as onnxruntime)
+            b = op.squeeze(op.strided_slice(self.b, [0], [d], [d + 1]), [0])
+            rb = self.emit(op.add(op.strided_slice(b, [0], [0], [g]), op.strided_slice(b, [0], [g], [2 * g])))
+        return xw, (r, rs), rb
+
+    def recurrent(self, z, h, rt):
+        r, rs = rt
+        return self.op.add(z, self._product(h, r, rs))
+
+
+def _lstm(bb, inputs, attr, quantized: bool = False):
+    u = _QuantizedUnroller(bb, inputs, attr) if quantized else _Unroller("LSTM", 4, bb, inputs, attr)
     op = u.op
     acts = _activations(attr, "LSTM", 3, u.directions)
-    peep = inputs[7]
+    peep = inputs[7] if len(inputs) > 7 else None
     coupled = bool(attr.get("input_forget", 0))
     one = relax_one()
     ys, hs, cs = [], [], []
@@ -233,7 +339,7 @@ def _lstm(bb, inputs, attr):
             pi, po, pf = (u.emit(op.strided_slice(p, [0], [k * u.hidden], [(k + 1) * u.hidden])) for k in range(3))
         steps = [None] * u.seq
         for t in (range(u.seq - 1, -1, -1) if rev else range(u.seq)):
-            z = op.add(u.step_input(xw, t), op.matmul(h, rt))
+            z = u.recurrent(u.step_input(xw, t), h, rt)
             if rb is not None:
                 z = op.add(z, rb)
             z = u.emit(z)
@@ -309,7 +415,7 @@ def _rnn(bb, inputs, attr):
         h = u.emit(u.initial(inputs[5], d))
         steps = [None] * u.seq
         for t in (range(u.seq - 1, -1, -1) if rev else range(u.seq)):
-            z = op.add(u.step_input(xw, t), op.matmul(h, rt))
+            z = u.recurrent(u.step_input(xw, t), h, rt)
             if rb is not None:
                 z = op.add(z, rb)
             h = u.emit(f(u.clipped(z)))
@@ -330,4 +436,8 @@ def recurrent_converters() -> dict:
 
         return type(name, (OnnxOpConverter,), {"_impl_v7": classmethod(impl)})
 
-    return {"LSTM": make("LSTM", _lstm), "GRU": make("GRU", _gru), "RNN": make("RNN", _rnn)}
+    def dq_lstm(bb, inputs, attr):
+        return _lstm(bb, list(inputs) + [None] * (12 - len(inputs)), attr, quantized=True)
+
+    return {"LSTM": make("LSTM", _lstm), "GRU": make("GRU", _gru), "RNN": make("RNN", _rnn),
+            "DynamicQuantizeLSTM": make("DynamicQuantizeLSTM", dq_lstm)}
