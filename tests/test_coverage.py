@@ -13,8 +13,6 @@ import coverage_models as C
 
 #: files that do not run as their reference does yet: file -> (a regex the verdict's detail must match, why)
 KNOWN = {
-    "transpose_conv.hybrid.tflite": (r"dynamic range quantization: 'TRANSPOSE_CONV'",
-                                     "dynamic-range quantized TRANSPOSE_CONV is not imported yet"),
 }
 
 ENTRIES = C.entries()

@@ -56,6 +56,11 @@ def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetr
     if kind == "fc":
         x = mb.tensor("x", [2, 20])
         wshape, axis, out_shape = (channels, 20), 0, [2, channels]
+    elif kind == "tconv":                        # TRANSPOSE_CONV: (output shape, weights, input, bias)
+        x = mb.tensor("x", [1, 5, 6, 4])
+        wshape, axis = (channels, 3, 3, 4), 0
+        out_shape = [1, 5 * stride, 6 * stride, channels] if padding == "SAME" else \
+            [1, 4 * stride + 3, 5 * stride + 3, channels]
     else:
         x = mb.tensor("x", [1, 9, 9, 4])
         oc = 4 * multiplier if kind == "dw" else channels
@@ -72,7 +77,12 @@ def one_op(kind, scales="channel", act=tfl.ActivationFunctionType.NONE, asymmetr
     b = mb.tensor("b", [nb], np.float32, data=rng.standard_normal(nb).astype(np.float32))
     y = mb.tensor("y", out_shape)
     pad = getattr(tfl.Padding, padding)
-    if kind == "fc":
+    if kind == "tconv":
+        shape = mb.tensor("shape", [4], np.int32, data=np.array(out_shape, np.int32))
+        opt = tfl.TransposeConvOptionsT()
+        opt.padding, opt.strideH, opt.strideW, opt.fusedActivationFunction = pad, stride, stride, act
+        mb.op(B.TRANSPOSE_CONV, [shape, w, x, b], [y], tfl.BuiltinOptions.TransposeConvOptions, opt, version=4)
+    elif kind == "fc":
         opt = tfl.FullyConnectedOptionsT()
         opt.fusedActivationFunction, opt.asymmetricQuantizeInputs = act, asymmetric
         mb.op(B.FULLY_CONNECTED, [x, w, b], [y], tfl.BuiltinOptions.FullyConnectedOptions, opt,
@@ -97,7 +107,9 @@ CASES = [("conv", dict(scales="channel")), ("conv", dict(scales="tensor")), ("co
          ("conv", dict(stride=2, act=A.RELU6)), ("conv", dict(padding="VALID", act=A.RELU)),
          ("dw", dict()), ("dw", dict(stride=2, act=A.RELU)), ("dw", dict(scales="equal")), ("dw", dict(multiplier=2)),
          ("fc", dict(scales="tensor")), ("fc", dict(scales="channel")), ("fc", dict(asymmetric=True)),
-         ("fc", dict(scales="tensor", asymmetric=True, act=A.RELU_N1_TO_1))]
+         ("fc", dict(scales="tensor", asymmetric=True, act=A.RELU_N1_TO_1)),
+         ("tconv", dict()), ("tconv", dict(stride=2, act=A.RELU)), ("tconv", dict(scales="tensor", stride=2)),
+         ("tconv", dict(padding="VALID", stride=2, act=A.RELU6)), ("tconv", dict(padding="VALID", stride=1))]
 
 
 @pytest.mark.parametrize("kind,kw", CASES, ids=[f"{k}-{'-'.join(f'{a}={b}' for a, b in kw.items())}"

@@ -52,7 +52,7 @@ from tvm.relax.frontend.tflite.tflite_frontend import ExprTable
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter as _TVMConverter
 
 from ..int8.params import act_range
-from .tflite_hybrid import HYBRID_OPS, hybrid_conv2d, hybrid_dense
+from .tflite_hybrid import HYBRID_OPS, hybrid_conv2d, hybrid_dense, hybrid_transpose_conv
 from .tflite_int8_values import VALUE_OPS, Int8ValueOps
 from .tflite_movement import MovementOps
 
@@ -191,6 +191,8 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
         if self.get_op_code_str(op) not in HYBRID_OPS:
             return False
         tensors = self.get_input_tensors(op) if tensors is None else tensors
+        if self.get_op_code_str(op) == "TRANSPOSE_CONV":          # (output shape, weights, input[, bias])
+            tensors = tensors[2:3] + tensors[1:2] if len(tensors) >= 3 else []
         if len(tensors) < 2:
             return False
         x, w = tensors[:2]
@@ -218,6 +220,9 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
         from tflite.Padding import Padding
 
         tensors = self.get_input_tensors(op)
+        shape_t = None
+        if name == "TRANSPOSE_CONV":                                # (output shape, weights, input[, bias])
+            shape_t, tensors = tensors[0], [tensors[2], tensors[1]] + tensors[3:]
         x_t, w_t = tensors[:2]
         b_t = tensors[2] if len(tensors) > 2 and tensors[2].tensor_idx >= 0 else None
         (out_t,) = self.get_output_tensors(op)
@@ -253,6 +258,8 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
                              bias, lo, hi, asymmetric=bool(o.AsymmetricQuantizeInputs()))
             out_shape = [int(d) for d in self.get_tensor_shape(out_t)]
             return y if out_shape == [rows[0], w.shape[0]] else relax.op.reshape(y, out_shape)
+        if name == "TRANSPOSE_CONV":
+            return self._hybrid_transpose_conv(op, x, x_shape, w, w_t, scale, quant, bias, shape_t, out_t)
         depthwise = name == "DEPTHWISE_CONV_2D"
         o = DepthwiseConv2DOptions() if depthwise else Conv2DOptions()
         o.Init(opt.Bytes, opt.Pos)
@@ -272,6 +279,33 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
         lo, hi = self._float_range(o.FusedActivationFunction(), name)
         return hybrid_conv2d(self.bb, x, x_shape, w, scale, bias, depthwise=depthwise, strides=strides,
                              dilation=dilation, same=o.Padding() == Padding.SAME, act_lo=lo, act_hi=hi)
+
+    def _hybrid_transpose_conv(self, op, x, x_shape, w, w_t, scale, quant, bias, shape_t, out_t):
+        from tflite.Padding import Padding
+        from tflite.TransposeConvOptions import TransposeConvOptions
+
+        name = "TRANSPOSE_CONV"
+        o = TransposeConvOptions()
+        opt = op.BuiltinOptions()
+        o.Init(opt.Bytes, opt.Pos)
+        strides = (o.StrideH(), o.StrideW())
+        out_shape = [int(d) for d in self.get_tensor_shape(out_t)]
+        if self.has_expr(shape_t.tensor_idx) or [int(v) for v in np.asarray(
+                self.get_tensor_value(shape_t)).reshape(-1)] != out_shape:
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: its output shape must be a constant equal to the "
+                                             f"output tensor's {out_shape}")
+        if w.ndim != 4 or len(x_shape) != 4 or w.shape[3] != x_shape[3] or len(out_shape) != 4 \
+                or out_shape[3] != w.shape[0] or out_shape[0] != x_shape[0] or min(strides) < 1:
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' of shape {list(w.shape)} and "
+                                             f"strides {list(strides)} do not fit input {x_shape} and output "
+                                             f"{out_shape}")
+        if scale.size not in (1, w.shape[0]):
+            raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' have {scale.size} scales for "
+                                             f"{w.shape[0]} output channels")
+        _check_hybrid_weights(name, w_t, w, scale, quant, bias, w.shape[0], 0)
+        lo, hi = self._float_range(o.FusedActivationFunction(), name)
+        return hybrid_transpose_conv(self.bb, x, x_shape, w, scale, bias, out_shape, strides=strides,
+                                     same=o.Padding() == Padding.SAME, act_lo=lo, act_hi=hi)
 
     @staticmethod
     def _float_range(fn: int, name: str):

@@ -28,6 +28,10 @@ LiteRT's builtin kernels compute:
   asymmetric, ties to even, fused multiply-add): its outputs differ from the
   builtin kernels' by up to a few percent, and these follow the builtin ones.
 
+A hybrid TRANSPOSE_CONV follows LiteRT's ``HybridTransposeConv`` (:func:`transpose_conv_kernel`): the input
+quantized asymmetrically per image, each tap's integer product scaled to float32 on its own and the taps
+summed in float32, in the order of LiteRT's scatter loop.
+
 A hybrid BATCH_MATMUL (float32 input, int8 constant weights) follows LiteRT's reference kernel
 (:func:`batch_matmul_kernel`): each row of the input quantized on its own (``asymmetric_quantize_inputs`` or
 symmetric), the int32 sum of ``q * w`` corrected for the row's zero point in float32 (``sum - row_sum *
@@ -57,11 +61,12 @@ from tvm import relax, te, tirx
 
 from ..int8.kernels import finish
 
-__all__ = ["quantization_params", "conv_kernel", "dense_kernel", "batch_matmul_kernel", "hybrid_conv2d", "hybrid_dense",
-           "hybrid_batch_matmul", "litert_batch_layout", "HYBRID_OPS"]
+__all__ = ["quantization_params", "conv_kernel", "dense_kernel", "batch_matmul_kernel", "transpose_conv_kernel",
+           "hybrid_conv2d", "hybrid_dense", "hybrid_transpose_conv", "hybrid_batch_matmul", "litert_batch_layout",
+           "HYBRID_OPS"]
 
 #: the operators LiteRT runs in dynamic-range form that are imported here
-HYBRID_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
+HYBRID_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"})
 
 
 def _round_away(v, dtype: str):
@@ -335,6 +340,81 @@ def hybrid_dense(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, act_l
                           has_bias=bias is not None, lo=lo, hi=hi)
     return _call(bb, kernel, [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"), *consts],
                  (rows, w.shape[0]))
+
+
+def transpose_conv_kernel(x_shape, w_shape, out_shape, *, strides, padding, has_bias: bool, lo=None,
+                          hi=None) -> tvm.tirx.PrimFunc:
+    """A hybrid NHWC transposed convolution, one kernel ``(x, w, scales, [bias]) -> y`` as LiteRT's
+    ``HybridTransposeConv`` computes it: each image of float32 ``x`` quantized asymmetrically
+    (``AsymmetricQuantizeFloats``, :func:`quantization_params`); every tap's product ``(q - zero point) * w``
+    (``w`` int8 ``(O, kh, kw, I)``) scaled to float32 on its own, ``(product * scale[channel]) * input
+    scale``, and the taps summed in float32 in LiteRT's order (input row, column, channel ascending: its
+    scatter loop, written here as a gather); then the bias and the activation range. ``padding``: top, left
+    (LiteRT's, without the odd remainder: :func:`hybrid_transpose_conv`)."""
+    n_, h_, wd_, c_ = x_shape
+    sh, sw = strides
+    pt, pl = padding
+    oc_ = out_shape[3]
+    kh_, kw_ = w_shape[1], w_shape[2]
+    ops, prm = _operands(x_shape, w_shape, oc_, asymmetric=True, per_channel=True, has_bias=has_bias)
+    x, w, scales, b = (ops + [None])[:4]
+    ry, rx = te.reduce_axis((0, -(-kh_ // sh)), "ry"), te.reduce_axis((0, -(-kw_ // sw)), "rx")
+    rc = te.reduce_axis((0, c_), "rc")
+    zero = tirx.const(0.0, "float32")
+
+    def term(n, oy, ox, oc, ry, rx, rc):
+        # the input pixels whose scatter reaches (oy, ox), in ascending order: iy = ceil((oy + pt - kh + 1) / sh) + ry
+        iy = tirx.floordiv(oy + pt - kh_ + sh, sh) + ry
+        ix = tirx.floordiv(ox + pl - kw_ + sw, sw) + rx
+        fy, fx = oy + pt - iy * sh, ox + pl - ix * sw
+        inside = tirx.all(iy >= 0, iy < h_, ix >= 0, ix < wd_, fy >= 0, fy < kh_, fx >= 0, fx < kw_)
+        yi, xi = tirx.if_then_else(inside, iy, 0), tirx.if_then_else(inside, ix, 0)
+        fyi, fxi = tirx.if_then_else(inside, fy, 0), tirx.if_then_else(inside, fx, 0)
+        prod = _quantized(x[n, yi, xi, rc], prm, n, True) * w[oc, fyi, fxi, rc].astype("int32")
+        return tirx.if_then_else(inside, prod.astype("float32") * scales[oc] * prm[n, 0], zero)
+
+    acc = te.compute(out_shape, lambda n, oy, ox, oc: te.sum(term(n, oy, ox, oc, ry, rx, rc), axis=[ry, rx, rc]),
+                     name="acc")
+
+    def out(n, oy, ox, oc):
+        v = acc[n, oy, ox, oc]
+        if b is not None:
+            v = v + b[oc]
+        if lo is not None:
+            v = tirx.max(v, tirx.const(float(lo), "float32"))
+        if hi is not None:
+            v = tirx.min(v, tirx.const(float(hi), "float32"))
+        return v
+
+    y = te.compute(out_shape, out, name="y")
+    desc = {"op": "hybrid_transpose_conv2d", "x": list(x_shape), "w": list(w_shape), "y": list(out_shape),
+            "strides": list(strides), "padding": list(padding), "has_bias": has_bias, "lo": lo, "hi": hi}
+    return finish(ops + [y], "hybrid_transpose_conv2d", describe=desc, schedule=lambda f: _schedule(f, {"acc": -1}))
+
+
+def _transpose_pad(out_size: int, k: int, stride: int, same: bool) -> int:
+    """LiteRT's padding of a transposed convolution (``ComputePaddingHeightWidth`` on its output size; the odd
+    remainder, ``offset``, is not used by ``HybridTransposeConv``)."""
+    n = -(-out_size // stride) if same else (out_size - k + stride) // stride
+    return max((n - 1) * stride + k - out_size, 0) // 2
+
+
+def hybrid_transpose_conv(bb, x, x_shape, w: np.ndarray, w_scale: np.ndarray, bias, out_shape, *, strides,
+                          same: bool, act_lo=None, act_hi=None):
+    """A hybrid TRANSPOSE_CONV (its kernel added to ``bb``): ``x`` float32 ``x_shape`` NHWC, ``w`` int8
+    ``(O, kh, kw, I)`` with one scale per output channel (a single scale is used for every channel),
+    ``out_shape`` the operator's output shape, SAME or VALID padding (:func:`transpose_conv_kernel`)."""
+    lo, hi = _activation(act_lo, act_hi)
+    n, h, wd, c = (int(d) for d in x_shape)
+    oc, kh, kw = (int(d) for d in w.shape[:3])
+    scale, consts = _constants(w_scale, bias)
+    if scale.size == 1:
+        consts[0] = relax.const(np.full(oc, scale[0], np.float32), "float32")
+    out = tuple(int(d) for d in out_shape)
+    pads = (_transpose_pad(out[1], kh, strides[0], same), _transpose_pad(out[2], kw, strides[1], same))
+    kernel = transpose_conv_kernel((n, h, wd, c), tuple(w.shape), out, strides=tuple(strides), padding=pads,
+                                   has_bias=bias is not None, lo=lo, hi=hi)
+    return _call(bb, kernel, [x, relax.const(np.ascontiguousarray(w, np.int8), "int8"), *consts], out)
 
 
 def litert_batch_layout(x_shape, w_shape, adj_x: bool, adj_y: bool) -> None:
