@@ -131,3 +131,15 @@ def test_micro_runs_an_unrolled_rnn_and_refuses_a_data_dependent_loop_by_name(tm
                str(tmp_path / "data"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "WHILE 'while;Identity' stays a loop: its condition depends on the data" in proc.stderr
+
+
+def test_compare_on_an_unrolled_int8_loop(capsys):
+    """The nested int8 loop through compare: TVM's default build keeps it one kernel with no planned activation
+    (the report says so rather than dividing by zero); ours lowers it to integer kernels, same numbers."""
+    from tvm_memsched.app.cli import main as cli_main
+
+    rc = cli_main(["compare", os.path.join(FOLDER, "while_nested.int8.tflite"), "-q"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "planned activation memory: TVM default 0 B" in text and "plans no activation memory" in text
+    assert "(ok)" in text and "MISMATCH" not in text

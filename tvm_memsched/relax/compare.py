@@ -140,7 +140,8 @@ class Comparison:
             mb = lambda n: f"{n / 1e6:.3f} MB"  # noqa: E731
         else:                          # a small model: bytes, not 0.000 MB
             mb = lambda n: f"{n:,} B"  # noqa: E731
-        ratio = f"{self.ratio:.2f}x less" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x more"
+        ratio = f"{self.ratio:.2f}x less" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x more" if self.ratio > 0 \
+            else "TVM's default plans no activation memory here"
         lines = [
             f"model {self.model} on {self.target} (method {self.method})",
             f"  planned activation memory: TVM default {mb(self.default_planned_bytes)}, "
