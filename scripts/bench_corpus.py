@@ -656,7 +656,7 @@ def write_report(rows: list, out: str, args) -> None:
         lines.append(f"| `{r['id']}` | {r['package']} | {r['version']} | `{r['member']}` | {_mib(r['size'])} "
                      f"| `{r['sha256'][:16]}…` | {r['license']} | {shapes}{' (' + r['note'] + ')' if r['note'] else ''} |")
     lines += ["", "## Commands", "",
-              "```", f"python scripts/bench_corpus.py --out {args.out}      # fetch + run all", "```", "",
+              "```", f"python scripts/bench_corpus.py --out {os.path.relpath(args.out, ROOT)}      # fetch + run all", "```", "",
               "Per file (FILE is the cached file, `python scripts/bench_corpus.py --fetch-only` prints the paths):",
               "", "```"]
     for r in rows:
