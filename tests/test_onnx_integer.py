@@ -138,6 +138,21 @@ def test_dynamic_quantize_lstm_equals_onnxruntime(tmp_path, case, weight_type, p
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(got, want)) < 1e-5
 
 
+def test_dynamic_quantize_lstm_with_zero_points_per_column_is_refused_by_name(tmp_path):
+    """onnxruntime reads one zero point per direction (and refuses others); so does the importer, by name."""
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(3)
+    q = _quantized(_lstm(rng, **LSTMS["forward"]), tmp_path, "QUInt8", True)
+    for t in q.graph.initializer:
+        if t.name.endswith("zero_point") and "W" in t.name.split("_")[0]:
+            z = nh.to_array(t).copy()
+            z.reshape(-1)[-1] ^= 1
+            t.CopyFrom(nh.from_array(z, t.name))
+    with pytest.raises(Exception, match="zero points of W differ along the gate columns"):
+        from_onnx_bytes(q.SerializeToString())
+
+
 @pytest.mark.slow
 def test_compare_and_micro_on_a_dynamically_quantized_model(tmp_path):
     """``compare`` checks against onnxruntime and says the model quantizes at run time; ``micro --run`` builds

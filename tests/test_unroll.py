@@ -143,3 +143,22 @@ def test_compare_on_an_unrolled_int8_loop(capsys):
     assert rc == 0, text
     assert "planned activation memory: TVM default 0 B" in text and "plans no activation memory" in text
     assert "(ok)" in text and "MISMATCH" not in text
+
+
+def test_a_loop_naming_a_missing_subgraph_stays_a_loop_and_says_why():
+    """A hostile file: the WHILE's body index points past the subgraphs."""
+    from tvm_memsched.tflite.builder import serialize
+
+    m = load(_read("while.float32.tflite"))
+    op = m.subgraphs[0].operators[0]
+    op.builtinOptions.bodySubgraphIndex = 99
+    buf = serialize(m)
+    out, done = unroll_while(buf)
+    assert out is buf and done[0].trips is None and "subgraph (1, 99) does not exist" in done[0].reason
+
+
+def test_a_static_loop_value_past_the_size_limit_stays_a_loop(monkeypatch):
+    monkeypatch.setattr(tflite_unroll, "MAX_STATIC_ELEMENTS", 2)     # the LSTM's slice positions have 3
+    buf = _read("unidirectional_sequence_lstm_stateful.float32.tflite")
+    out, done = unroll_while(buf)
+    assert out is buf and done[0].trips is None and "grows past 2" in done[0].reason

@@ -44,8 +44,6 @@ TFLM_UNDEFINED = {"SPACE_TO_BATCH_ND": "TFLite Micro pads SPACE_TO_BATCH_ND with
 
 def _pads(m, sg, op) -> bool:
     """False only if the operator's paddings operand (input 2) is a constant of zeros."""
-    import numpy as np
-
     ins = list(op.inputs) if op.inputs is not None else []
     if len(ins) < 3 or int(ins[2]) < 0:
         return True

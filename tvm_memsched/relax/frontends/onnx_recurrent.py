@@ -289,7 +289,11 @@ class _QuantizedUnroller(_Unroller):
         if not (isinstance(zp, tvm.ir.Constant) and isinstance(scale, tvm.ir.Constant)):
             raise ValueError("DynamicQuantizeLSTM: the weights' scales and zero points must be constants")
         g = self.gates * self.hidden
-        z = int(np.asarray(zp.value.numpy()).reshape(self.directions, -1)[d, 0])   # onnxruntime reads the first
+        zps = np.asarray(zp.value.numpy()).reshape(self.directions, -1)[d]
+        if np.any(zps != zps[0]):               # onnxruntime refuses them too: it reads the first
+            raise ValueError(f"DynamicQuantizeLSTM: the zero points of {'WR'[k]} differ along the gate columns; "
+                             "one per direction is supported")
+        z = int(zps[0])
         sc = np.asarray(scale.value.numpy(), dtype=np.float32).reshape(self.directions, -1)[d]
         sc = np.broadcast_to(sc, (g,)).astype(np.float32)
         w = self.emit(op.squeeze(op.strided_slice((self.wq, self.rq)[k], [0], [d], [d + 1]), [0]))

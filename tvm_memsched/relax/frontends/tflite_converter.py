@@ -299,9 +299,6 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
             raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' of shape {list(w.shape)} and "
                                              f"strides {list(strides)} do not fit input {x_shape} and output "
                                              f"{out_shape}")
-        if scale.size not in (1, w.shape[0]):
-            raise tvm.error.OpNotImplemented(f"hybrid {name}: weights '{_name(w_t)}' have {scale.size} scales for "
-                                             f"{w.shape[0]} output channels")
         _check_hybrid_weights(name, w_t, w, scale, quant, bias, w.shape[0], 0)
         lo, hi = self._float_range(o.FusedActivationFunction(), name)
         return hybrid_transpose_conv(self.bb, x, x_shape, w, scale, bias, out_shape, strides=strides,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["unroll_while", "Unrolled", "STATIC_OPS", "MAX_TRIPS", "MAX_OPERATORS"]
+__all__ = ["unroll_while", "Unrolled", "STATIC_OPS", "MAX_TRIPS", "MAX_OPERATORS", "MAX_LOOPS", "MAX_STATIC_ELEMENTS"]
 
 #: operators whose static (integer, boolean) values are evaluated with numpy
 STATIC_OPS = frozenset({"ADD", "SUB", "MUL", "FLOOR_DIV", "FLOOR_MOD", "MINIMUM", "MAXIMUM", "NEG", "LESS",
@@ -45,6 +45,10 @@ STATIC_OPS = frozenset({"ADD", "SUB", "MUL", "FLOOR_DIV", "FLOOR_MOD", "MINIMUM"
 MAX_TRIPS = 4096
 #: most operators subgraph 0 may hold after unrolling
 MAX_OPERATORS = 50_000
+#: most loops unrolled in one file (copies of a body can hold loops of their own)
+MAX_LOOPS = 1000
+#: most elements of a static loop value (counters, bounds, slice positions are small; larger ones are data)
+MAX_STATIC_ELEMENTS = 4096
 
 _DTYPES = {"INT32": np.int32, "INT64": np.int64, "INT16": np.int16, "INT8": np.int8, "UINT8": np.uint8,
            "BOOL": np.bool_, "UINT32": np.uint32, "UINT16": np.uint16}
@@ -160,6 +164,8 @@ def _evaluate(model: _Model, sg, op, vals: list):
         raise _Refused(name)
     shape = _ints(out_t.shape)
     r = np.asarray(r).astype(dtype)
+    if r.size > MAX_STATIC_ELEMENTS:
+        raise _Refused(f"a loop value of {r.size} elements grows past {MAX_STATIC_ELEMENTS}")
     if name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):
         if int(np.prod(shape)) != r.size:
             raise _Refused(f"{name} of a loop value to an unknown shape")
@@ -204,7 +210,10 @@ def _unroll_one(model: _Model, p: int, max_ops: int) -> int:
     """Unroll the ``WHILE`` at operator ``p`` of subgraph 0; returns its trip count (raises :class:`_Refused`)."""
     m, sg = model.m, model.m.subgraphs[0]
     op = sg.operators[p]
-    cond, body = m.subgraphs[op.builtinOptions.condSubgraphIndex], m.subgraphs[op.builtinOptions.bodySubgraphIndex]
+    ci, bi = int(op.builtinOptions.condSubgraphIndex), int(op.builtinOptions.bodySubgraphIndex)
+    if not (0 < ci < len(m.subgraphs) and 0 < bi < len(m.subgraphs)):
+        raise _Refused(f"its condition or body subgraph ({ci}, {bi}) does not exist")
+    cond, body = m.subgraphs[ci], m.subgraphs[bi]
     ins, outs = _ints(op.inputs), _ints(op.outputs)
     b_in, b_out, c_in = _ints(body.inputs), _ints(body.outputs), _ints(cond.inputs)
     if not (len(ins) == len(outs) == len(b_in) == len(b_out) == len(c_in)) or len(_ints(cond.outputs)) != 1:
@@ -298,17 +307,21 @@ def _unroll_one(model: _Model, p: int, max_ops: int) -> int:
         cur = {j: (cur[j] if j in static else mapped(b_out[j])) for j in range(len(ins))}
 
     # consumers of the loop's outputs read the values the copies left
-    subst = {}
+    subst, values = {}, []
     for j, w in enumerate(outs):
         if j in static:
-            v = state[j] if trips else first[j]
-            t = sg.tensors[w]
-            b = model.tfl.BufferT()
-            b.data = np.frombuffer(np.asarray(v, dtype=_DTYPES[model.types[int(t.type)]]).tobytes(), np.uint8)
-            m.buffers.append(b)
-            t.buffer, t.shape, t.shapeSignature = len(m.buffers) - 1, list(np.shape(v)), None
+            dtype = _DTYPES.get(model.types.get(int(sg.tensors[w].type)))
+            if dtype is None:
+                raise _Refused("a loop output of a static value is not an integer tensor")
+            values.append((sg.tensors[w], np.asarray(state[j] if trips else first[j], dtype=dtype)))
         elif cur[j] != w:
             subst[w] = cur[j]
+    # nothing below refuses: subgraph 0 changes only now
+    for t, v in values:             # a static loop output becomes a constant of its last value
+        b = model.tfl.BufferT()
+        b.data = np.frombuffer(v.tobytes(), np.uint8)
+        m.buffers.append(b)
+        t.buffer, t.shape, t.shapeSignature = len(m.buffers) - 1, list(v.shape), None
     rest = sg.operators[p + 1:]
     for o in rest:
         o.inputs = [subst.get(int(t), int(t)) for t in _ints(o.inputs)]
@@ -339,16 +352,20 @@ def unroll_while(buf: bytes, max_ops: int = MAX_OPERATORS) -> tuple[bytes, list[
         p = loops[0]
         op = sg.operators[p]
         outs = _ints(op.outputs)
-        name = _tensor_name(sg.tensors[outs[0]]) if outs else f"operator {p}"
-        snapshot = (list(sg.operators), len(sg.tensors), len(m.buffers))
+        name = _tensor_name(sg.tensors[outs[0]]) if outs and 0 <= outs[0] < len(sg.tensors) else f"operator {p}"
+        # a refused loop leaves subgraph 0's operators as they were (they are replaced last); the tensors and
+        # buffers it added go
+        tensors, buffers = len(sg.tensors), len(m.buffers)
         try:
+            if sum(u.trips is not None for u in done) >= MAX_LOOPS:
+                raise _Refused(f"the file has more than {MAX_LOOPS} loops to unroll")
             trips = _unroll_one(model, p, max_ops)
-        except _Refused as e:
-            sg.operators = snapshot[0]
-            del sg.tensors[snapshot[1]:]
-            del m.buffers[snapshot[2]:]
+        except (_Refused, IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+            del sg.tensors[tensors:]
+            del m.buffers[buffers:]
             refused.add(id(op))
-            done.append(Unrolled(name, None, str(e)))
+            why = str(e) if isinstance(e, _Refused) else f"its operators or subgraphs are malformed ({e})"
+            done.append(Unrolled(name, None, why))
             continue
         done.append(Unrolled(name, trips))
     if not any(u.trips is not None for u in done):
