@@ -331,7 +331,7 @@ def cases():
         C("while", ["WHILE"], [x4()], while_loop),
         C("while_nested", ["WHILE"], [x4()], while_nested, note="a loop in a loop, both counted"),
         C("while_data", ["WHILE"], [x4()], while_data,
-          note="a loop whose trip count depends on the data (stays a loop: no C export)"),
+          note="a loop whose trip count depends on the data (runs to its static bound, each step kept by a select)"),
         C("variable", ["VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"], [((1, 4), F, *q)], var_state,
           note="stateful: the variable carries over between invocations", resources=True),
     ]

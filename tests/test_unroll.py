@@ -1,7 +1,8 @@
 """WHILE loops with a static trip count unrolled at import (:mod:`tvm_memsched.relax.frontends.tflite_unroll`),
 on loops TensorFlow's converter wrote: tf.while_loop (float, int8, float16, nested), Keras GRU, SimpleRNN and
-stateful LSTM over their steps. The unrolled file runs in LiteRT exactly as the file does; a loop whose
-condition reads the data stays a loop, and the C export refuses it naming why."""
+stateful LSTM over their steps. The unrolled file runs in LiteRT exactly as the file does. A loop whose
+condition reads the data runs to the bound its static part sets, each copy keeping its state once the condition
+is false; one with no such bound stays a loop, and the C export refuses it naming why."""
 
 import os
 
@@ -92,11 +93,63 @@ def test_body_weights_are_shared_by_every_copy_not_repeated():
                                 b"while/while/MatMul", b"while/while/MatMul_1"]
 
 
-def test_a_loop_on_the_data_stays_a_loop_and_says_why():
-    buf = _read("while_data.float32.tflite")
+@pytest.mark.parametrize("kind", ["float32", "int8", "float16"])
+def test_a_loop_on_the_data_runs_to_its_static_bound_keeping_its_state(kind):
+    """``tf.while_loop(max(v) < 4, v * 1.5 + 0.25, maximum_iterations=6)``: six predicated copies, each
+    followed by a SELECT_V2 on that copy's condition; every trip count from 0 to 6 gives LiteRT's bytes."""
+    buf = _read(f"while_data.{kind}.tflite")
+    out, done = unroll_while(buf)
+    assert [(u.trips, u.predicated) for u in done] == [(6, True)]
+    assert "WHILE" not in _ops(out) and _ops(out).count("SELECT_V2") == 6
+    from ai_edge_litert.interpreter import Interpreter
+
+    d = Interpreter(model_content=buf).get_input_details()[0]
+    trips = set()
+    for top in (4.5, 3.9, 2.0, 1.0, 0.3, 0.01, -3.0):    # the largest element decides how often the body runs
+        x = np.full(d["shape"], -1.0)
+        x.flat[0] = top
+        if d["dtype"] == np.int8:
+            scale, zp = d["quantization"]
+            x = np.clip(np.round(x / scale) + zp, -128, 127)
+        x = x.astype(d["dtype"])
+        want, got = _litert(buf, [x])[0][0], _litert(out, [x])[0][0]
+        assert want.tobytes() == got.tobytes(), top
+        v, n = max(float(top), -1.0), 0
+        while v < 4.0 and n < 6:
+            v, n = v * 1.5 + 0.25, n + 1
+        trips.add(n)
+    assert len(trips) >= 4 if kind != "int8" else len(trips) >= 2
+
+
+def _edited(name, edit):
+    from tvm_memsched.tflite.builder import serialize
+
+    m = load(_read(name))
+    edit(m)
+    return serialize(m)
+
+
+def test_a_loop_on_the_data_with_no_static_bound_stays_a_loop_and_says_why():
+    """The same loop with its condition cut down to ``max(v) < 4`` (no trip limit): nothing bounds it."""
+    def data_only(m):
+        cond = m.subgraphs[1]
+        and_op = cond.operators[-1]              # LOGICAL_AND(counter < 6, max(v) < 4)
+        cond.outputs = [int(and_op.inputs[1])]
+        cond.operators = cond.operators[:-1]
+    buf = _edited("while_data.float32.tflite", data_only)
     out, done = unroll_while(buf)
     assert out is buf
-    assert [(u.trips, u.reason) for u in done] == [(None, "its condition depends on the data")]
+    assert [(u.trips, u.reason) for u in done] == [
+        (None, "its condition depends on the data and nothing static bounds its trips")]
+
+
+def test_a_loop_whose_state_changes_type_stays_a_loop():
+    def retype(m):
+        body = m.subgraphs[2]
+        body.tensors[int(body.outputs[1])].type = 1          # FLOAT16 where the loop hands on FLOAT32
+    buf = _edited("while.float32.tflite", retype)
+    out, done = unroll_while(buf)
+    assert out is buf and "changes its type or quantization" in done[0].reason
 
 
 def test_a_loop_over_the_trip_limit_stays_a_loop(monkeypatch):
@@ -119,18 +172,30 @@ def test_files_without_loops_and_other_bytes_are_returned_as_they_are():
 
 
 @pytest.mark.slow
-def test_micro_runs_an_unrolled_rnn_and_refuses_a_data_dependent_loop_by_name(tmp_path):
+def test_micro_runs_unrolled_loops_and_refuses_an_unbounded_one_by_name(tmp_path):
     """The Keras GRU loop runs on the board like LiteRT; TFLite Micro's outputs for it are undefined (its
-    body slices tensor lists whose shape changes from step to step, which TFLM does not resize)."""
+    body slices tensor lists whose shape changes from step to step, which TFLM does not resize). The int8 loop
+    on the data runs bit for bit as TFLite Micro runs the WHILE; with no bound it is refused by name."""
     proc = run("micro", os.path.join(FOLDER, "gru_loop.float32.tflite"), "-b", "mps2-an386", "--out",
                str(tmp_path / "gru"), "--run", "-q")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "vs LiteRT reference kernels: max abs diff" in proc.stdout and "e-08 (ok)" in proc.stdout
     assert "TFLite Micro's outputs are undefined (the loop body's tensors change shape" in proc.stdout
     proc = run("micro", os.path.join(FOLDER, "while_data.int8.tflite"), "-b", "mps2-an386", "--out",
-               str(tmp_path / "data"))
+               str(tmp_path / "data"), "--run", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vs TFLite Micro: bit-identical (ok)" in proc.stdout
+
+    def data_only(m):
+        cond = m.subgraphs[1]
+        cond.outputs = [int(cond.operators[-1].inputs[1])]
+        cond.operators = cond.operators[:-1]
+    path = tmp_path / "unbounded.tflite"
+    path.write_bytes(_edited("while_data.int8.tflite", data_only))
+    proc = run("micro", str(path), "-b", "mps2-an386", "--out", str(tmp_path / "unbounded"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "WHILE 'while;Identity' stays a loop: its condition depends on the data" in proc.stderr
+    assert ("WHILE 'while;Identity' stays a loop: its condition depends on the data and nothing static bounds "
+            "its trips") in proc.stderr
 
 
 def test_compare_on_an_unrolled_int8_loop(capsys):

@@ -258,7 +258,7 @@ def _refuse_loops(mod) -> None:
     why = mod.attrs.get(LOOPS_ATTR) if mod.attrs is not None else None
     raise UnsupportedError(f"control flow (TFLite WHILE, imported as Relax function '{loops[0]}') is not "
                            "supported by the C export" + (f": {why}" if why else "") + "; a loop is unrolled when "
-                           "its trip count follows from constants")
+                           "its trip count, or a bound on it, follows from constants")
 
 
 def _tvm_call(fn, what: str):

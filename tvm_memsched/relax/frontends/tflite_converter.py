@@ -574,6 +574,22 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
             return relax.op.astype(self.get_tensor_expr(x_t), "float32")
         return super().convert_dequantize(op)
 
+    def convert_quantize(self, op):
+        """QUANTIZE; of a float tensor that a DEQUANTIZE op computed (an unrolled loop's state: DEQUANTIZE before
+        the loop, QUANTIZE in its body) as TFLite computes it, through the float value, kept apart from the
+        ``quantize(dequantize(x))`` TVM writes for a QUANTIZE of an integer tensor (a requantization, which rounds
+        otherwise) by a float32 ``astype`` the int8 lowering does not look through."""
+        (x_t,) = self.get_input_tensors(op)
+        producer = self._producer(x_t.tensor_idx)
+        if (self.get_tensor_type_str(x_t.tensor.Type()) != "float32" or producer is None
+                or self.get_op_code_str(producer) != "DEQUANTIZE"):
+            return super().convert_quantize(op)
+        (src,) = self.get_tensors(producer.InputsAsNumpy()[:1])
+        if src.qnn_params is None or (src.buffer is not None and src.buffer.DataLength()):
+            return super().convert_quantize(op)
+        (out_t,) = self.get_output_tensors(op)
+        return self.quantize(relax.op.astype(self.get_tensor_expr(x_t), "float32"), out_t)
+
     def _convert_call_once_init_subgraph(self, init_subgraph):
         """TVM's, also with DEQUANTIZE of constants (a float16 model's initial values: ``VAR_HANDLE ->
         DEQUANTIZE(float16 constant) -> ASSIGN_VARIABLE``), each imported as its float32 constant."""
@@ -607,7 +623,8 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
                 return folded
         return super().get_tensor_value(tw, is_sparse)
 
-    def _dequantized_constant(self, tensor_idx: int):
+    def _producer(self, tensor_idx: int):
+        """The operator of this subgraph that computes tensor ``tensor_idx`` (None: an input or a constant)."""
         cache = self.conversion_state.setdefault("tvm_memsched_producers", {})   # per subgraph
         producers = cache.get(self.subgraph._tab.Pos)
         if producers is None:
@@ -617,7 +634,10 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
                 for t in o.OutputsAsNumpy():
                     producers[int(t)] = o
             cache[self.subgraph._tab.Pos] = producers
-        o = producers.get(int(tensor_idx))
+        return producers.get(int(tensor_idx))
+
+    def _dequantized_constant(self, tensor_idx: int):
+        o = self._producer(tensor_idx)
         if o is None or self.get_op_code_str(o) != "DEQUANTIZE":
             return None
         (src,) = self.get_tensors(o.InputsAsNumpy()[:1])

@@ -15,10 +15,20 @@ computed only static values are dropped). The slices at the counter then have co
 shapes LiteRT resolves for them are written in by :func:`.tflite_fold.static_shapes`. The loop's outputs
 keep their tensors (names, signature entries), produced by the last copy.
 
-A loop is left as it is (and :func:`unroll_while` says why) when its condition depends on the data, when a
-static value needs an operator outside :data:`STATIC_OPS`, when it runs more than :data:`MAX_TRIPS` times or
-the copies would exceed :data:`MAX_OPERATORS`, when its body holds a variable tensor, or when a loop output
-that is a model output would be an input passed through unchanged. Loops nested in a body are unrolled when
+A loop whose condition also reads the data (``tf.while_loop(max(v) < 4, ..., maximum_iterations=6)``: the
+converter writes ``counter < 6 AND max(v) < 4``) is unrolled *predicated* when the static values alone make
+the condition false after some number of iterations (a false operand of a ``LOGICAL_AND`` decides it): each
+copy computes the condition on the state it receives, runs the body, and a ``SELECT_V2`` on the condition
+keeps the new state or the old one. Once the condition is false the state no longer changes, so it stays
+false, and the last copy's state is what the loop returns, for every trip count up to the bound. The body
+runs on every copy (the price of a static schedule); the loop state must keep its shape and its counters'
+last values must be unused.
+
+A loop is left as it is (and :func:`unroll_while` says why) when its condition depends on the data and nothing
+static bounds it, when a static value needs an operator outside :data:`STATIC_OPS`, when it runs more than
+:data:`MAX_TRIPS` times or the copies would exceed :data:`MAX_OPERATORS`, when its body holds a variable
+tensor, when a loop variable changes its type or quantization between the loop and its body (the loop hands
+bytes on), or when a loop output that is a model output would be an input passed through unchanged. Loops nested in a body are unrolled when
 the body's copy reaches subgraph 0. Files whose constants lie after the flatbuffer are returned unchanged.
 
 Example
@@ -57,11 +67,13 @@ _DTYPES = {"INT32": np.int32, "INT64": np.int64, "INT16": np.int16, "INT8": np.i
 @dataclass(frozen=True)
 class Unrolled:
     """One ``WHILE`` of subgraph 0: its first output's name, and how many times it ran (None: left as a loop,
-    ``reason`` says why)."""
+    ``reason`` says why). A ``predicated`` loop ran on the data: ``trips`` is the most times it can run, each
+    copy keeping its state when the condition is false."""
 
     name: str
     trips: int | None
     reason: str = ""
+    predicated: bool = False
 
 
 class _Refused(Exception):
@@ -201,13 +213,64 @@ def _run_static(model: _Model, sg, ops: list[int], values: dict) -> dict:
     return values
 
 
+def _truth(model: _Model, sg, t: int, values: dict, producers: dict, depth: int = 0):
+    """True or False when boolean tensor ``t`` of ``sg`` is decided by the static ``values`` alone (a
+    ``LOGICAL_AND`` with one false operand is false whatever the data), None when it depends on the data."""
+    v = values.get(t)
+    if v is None:
+        v = model.const(sg, t)
+    if v is not None:
+        v = np.asarray(v)
+        return bool(v.all()) if v.all() or not v.any() else None
+    op = producers.get(t)
+    if op is None or depth > 64:
+        return None
+    name = model.opname(op)
+    ins = [int(i) for i in _ints(op.inputs) if i >= 0]
+    if name in ("LOGICAL_AND", "LOGICAL_OR"):
+        r = [_truth(model, sg, i, values, producers, depth + 1) for i in ins]
+        stop = name == "LOGICAL_OR"          # the operand value that decides the result
+        return stop if stop in r else (not stop if r and all(x is (not stop) for x in r) else None)
+    if name == "LOGICAL_NOT" and ins:
+        r = _truth(model, sg, ins[0], values, producers, depth + 1)
+        return None if r is None else not r
+    if name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS") and ins:
+        return _truth(model, sg, ins[0], values, producers, depth + 1)
+    return None
+
+
+def _same_quantization(a, b) -> bool:
+    """Whether tensors ``a`` and ``b`` (``TensorT``) read the same bytes as the same values."""
+    if int(a.type) != int(b.type):
+        return False
+    qa, qb = a.quantization, b.quantization
+
+    def params(q):
+        if q is None or q.scale is None or not len(q.scale):
+            return None
+        return ([float(x) for x in q.scale], [int(x) for x in (q.zeroPoint if q.zeroPoint is not None else [])])
+    return params(qa) == params(qb)
+
+
+def _opcode(model: _Model, builtin: int) -> int:
+    """Index of the operator code of ``builtin`` in the model (added when missing)."""
+    for i, oc in enumerate(model.m.operatorCodes):
+        if max(int(oc.builtinCode), int(oc.deprecatedBuiltinCode)) == builtin:
+            return i
+    oc = model.tfl.OperatorCodeT()
+    oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = builtin, min(builtin, 127), 1
+    model.m.operatorCodes.append(oc)
+    return len(model.m.operatorCodes) - 1
+
+
 def _tensor_name(t) -> str:
     n = t.name
     return n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n or "")
 
 
-def _unroll_one(model: _Model, p: int, max_ops: int) -> int:
-    """Unroll the ``WHILE`` at operator ``p`` of subgraph 0; returns its trip count (raises :class:`_Refused`)."""
+def _unroll_one(model: _Model, p: int, max_ops: int) -> tuple[int, bool]:
+    """Unroll the ``WHILE`` at operator ``p`` of subgraph 0; returns its trip count (its bound when the data
+    decides) and whether the copies are predicated (raises :class:`_Refused`)."""
     m, sg = model.m, model.m.subgraphs[0]
     op = sg.operators[p]
     ci, bi = int(op.builtinOptions.condSubgraphIndex), int(op.builtinOptions.bodySubgraphIndex)
@@ -232,79 +295,143 @@ def _unroll_one(model: _Model, p: int, max_ops: int) -> int:
         static = keep
     cond_static, cond_ops = _static_body(model, cond, {c_in[j] for j in static})
     c_out = int(cond.outputs[0])
-    if c_out not in cond_static:
-        raise _Refused("its condition depends on the data")
+    predicated = c_out not in cond_static          # the data decides: run to the static bound, selecting
+    cond_producers = {int(t): o for o in cond.operators or [] for t in _ints(o.outputs)}
+    if predicated:
+        cone, todo = set(), [c_out]          # the tensors the condition is computed from
+        while todo:
+            t = todo.pop()
+            if t not in cone:
+                cone.add(t)
+                todo.extend(int(i) for i in _ints(getattr(cond_producers.get(t), "inputs", None)) if i >= 0)
+        if not cone & {c_in[j] for j in static}:
+            raise _Refused("its condition depends on the data and nothing static bounds its trips")
     state = {j: first[j] for j in static}
     trips = 0
     while True:
-        cv = _run_static(model, cond, cond_ops, {c_in[j]: state[j] for j in static})[c_out]
-        if np.asarray(cv).size != 1:
-            raise _Refused("its condition is not a scalar")
-        if not bool(np.asarray(cv).reshape(())):
+        cvals = _run_static(model, cond, cond_ops, {c_in[j]: state[j] for j in static})
+        if predicated:
+            truth = _truth(model, cond, c_out, cvals, cond_producers)
+        else:
+            if np.asarray(cvals[c_out]).size != 1:
+                raise _Refused("its condition is not a scalar")
+            truth = bool(np.asarray(cvals[c_out]).reshape(()))
+        if truth is False:
             break
         trips += 1
         if trips > MAX_TRIPS:
-            raise _Refused(f"it runs more than {MAX_TRIPS} times")
+            raise _Refused(f"its condition depends on the data and does not stop it within {MAX_TRIPS} trips"
+                           if predicated else f"it runs more than {MAX_TRIPS} times")
         vals = _run_static(model, body, body_ops, {b_in[j]: state[j] for j in static})
-        state = {j: vals[b_out[j]] if b_out[j] in vals else model.const(body, b_out[j]) for j in static}
+        after = {j: vals[b_out[j]] if b_out[j] in vals else model.const(body, b_out[j]) for j in static}
+        if predicated and all(np.array_equal(after[j], state[j]) for j in static):
+            raise _Refused("its condition depends on the data and nothing static bounds its trips")
+        state = after
     kept_ops = [i for i in range(len(body.operators or [])) if i not in set(body_ops)]
-    if len(sg.operators) - 1 + trips * len(kept_ops) > max_ops:
-        raise _Refused(f"{trips} copies of its {len(kept_ops)} operators would exceed {max_ops} operators")
+    kept_cond = [i for i in range(len(cond.operators or [])) if i not in set(cond_ops)] if predicated else []
+    dynamic = [j for j in range(len(ins)) if j not in static]
+    per_trip = len(kept_ops) + len(kept_cond) + (len(dynamic) if predicated else 0)
+    if len(sg.operators) - 1 + trips * per_trip > max_ops:
+        raise _Refused(f"{trips} copies of its {per_trip} operators would exceed {max_ops} operators")
+    for j in dynamic:          # the loop hands its state on as bytes: the tensors must read them alike
+        views = [sg.tensors[ins[j]], body.tensors[b_in[j]], body.tensors[b_out[j]], cond.tensors[c_in[j]],
+                 sg.tensors[outs[j]]]
+        if not all(_same_quantization(views[0], v) for v in views[1:]):
+            raise _Refused(f"loop variable {j} changes its type or quantization between the loop and its body")
+        if predicated and _ints(views[1].shape) != _ints(views[2].shape):
+            raise _Refused(f"its condition depends on the data and loop variable {j} changes shape")
     graph_outputs = set(_ints(sg.outputs))
     producers = {int(t) for i in kept_ops for t in _ints(body.operators[i].outputs)}
+    if predicated:
+        read_after = graph_outputs | {int(t) for o in sg.operators[p + 1:] for t in _ints(o.inputs)}
+        if any(outs[j] in read_after for j in static):
+            raise _Refused("its condition depends on the data and its counter's last value is used")
 
-    # the loop's outputs: the last copy writes the loop's own output tensors where it produces them
+    # the loop's outputs: the last copy writes the loop's own output tensors where it produces them (predicated:
+    # the last copy's selects do)
     final_name = {}                    # body output tensor -> the loop output tensor it becomes
     for j, t in enumerate(b_out):
-        if j not in static and t in producers and t not in final_name:
+        if j not in static and t in producers and t not in final_name and not predicated:
             final_name[t] = outs[j]
     for j, w in enumerate(outs):
-        if w in graph_outputs and (j in static or (trips == 0 or b_out[j] not in producers
-                                                   or final_name.get(b_out[j]) != w)):
+        if w in graph_outputs and (j in static or trips == 0 or b_out[j] not in producers
+                                   or (not predicated and final_name.get(b_out[j]) != w)):
             raise _Refused("a model output would be a loop input passed through unchanged")
 
     cur = {j: ins[j] for j in range(len(ins))}          # loop variable -> its tensor in subgraph 0 now
-    new_ops = []
-    weights = {}                       # the body's constants: one tensor in subgraph 0 for every copy
+    new_ops, selects = [], []
+    weights: dict = {}                 # the body's (and condition's) constants: one tensor for every copy
     base = _tensor_name(sg.tensors[outs[0]]) if outs else "while"
     state_k = {j: first[j] for j in static}             # the static loop values entering iteration k
-    for k in range(trips):
-        vals = _run_static(model, body, body_ops, {b_in[j]: state_k[j] for j in static})
-        tmap = {b_in[j]: cur[j] for j in range(len(ins)) if j not in static}
-        last = k == trips - 1
 
-        def mapped(t, k=k, vals=vals, tmap=tmap, last=last):
+    def copier(src, k, vals, tmap, final):
+        """Map tensor ``t`` of ``src`` to its tensor in subgraph 0 for copy ``k``."""
+        def mapped(t):
             if t < 0:
                 return t
             if t not in tmap:
                 if t in vals:
-                    tmap[t] = model.add_const(sg, body.tensors[t], vals[t],
-                                              f"{base}/iteration{k}/{_tensor_name(body.tensors[t])}")
-                elif last and t in final_name:
-                    tmap[t] = final_name[t]
-                elif model.has_data(body, t):
-                    if t not in weights:
-                        tensor = copy.deepcopy(body.tensors[t])
+                    tmap[t] = model.add_const(sg, src.tensors[t], vals[t],
+                                              f"{base}/iteration{k}/{_tensor_name(src.tensors[t])}")
+                elif t in final:
+                    tmap[t] = final[t]
+                elif model.has_data(src, t):
+                    if (id(src), t) not in weights:
+                        tensor = copy.deepcopy(src.tensors[t])
                         tensor.name = f"{base}/{_tensor_name(tensor)}".encode()
                         sg.tensors.append(tensor)
-                        weights[t] = len(sg.tensors) - 1
-                    tmap[t] = weights[t]
+                        weights[(id(src), t)] = len(sg.tensors) - 1
+                    tmap[t] = weights[(id(src), t)]
                 else:
-                    tensor = copy.deepcopy(body.tensors[t])
+                    tensor = copy.deepcopy(src.tensors[t])
                     tensor.name = f"{base}/iteration{k}/{_tensor_name(tensor)}".encode()
                     sg.tensors.append(tensor)
                     tmap[t] = len(sg.tensors) - 1
             return tmap[t]
 
-        for i in kept_ops:
-            o = copy.deepcopy(body.operators[i])
-            o.inputs = [mapped(int(t)) for t in _ints(o.inputs)]
-            o.outputs = [mapped(int(t)) for t in _ints(o.outputs)]
-            if o.intermediates is not None:
-                o.intermediates = [mapped(int(t)) for t in _ints(o.intermediates)]
-            new_ops.append(o)
+        def copy_ops(indices):
+            for i in indices:
+                o = copy.deepcopy(src.operators[i])
+                o.inputs = [mapped(int(t)) for t in _ints(o.inputs)]
+                o.outputs = [mapped(int(t)) for t in _ints(o.outputs)]
+                if o.intermediates is not None:
+                    o.intermediates = [mapped(int(t)) for t in _ints(o.intermediates)]
+                new_ops.append(o)
+        return mapped, copy_ops
+
+    for k in range(trips):
+        last = k == trips - 1
+        if predicated:                 # the condition on this copy's state
+            cvals = _run_static(model, cond, cond_ops, {c_in[j]: state_k[j] for j in static})
+            c_map, c_copy = copier(cond, k, cvals, {c_in[j]: cur[j] for j in dynamic}, {})
+            c_copy(kept_cond)
+            running = c_map(c_out)
+        vals = _run_static(model, body, body_ops, {b_in[j]: state_k[j] for j in static})
+        mapped, copy_ops = copier(body, k, vals, {b_in[j]: cur[j] for j in dynamic},
+                                  final_name if last else {})
+        copy_ops(kept_ops)
         state_k = {j: vals[b_out[j]] if b_out[j] in vals else model.const(body, b_out[j]) for j in static}
-        cur = {j: (cur[j] if j in static else mapped(b_out[j])) for j in range(len(ins))}
+        if not predicated:
+            cur = {j: (cur[j] if j in static else mapped(b_out[j])) for j in range(len(ins))}
+            continue
+        for j in dynamic:              # the state moves on only while the condition holds
+            new = mapped(b_out[j])
+            if new == cur[j]:
+                continue
+            if last:
+                out = outs[j]
+            else:
+                tensor = copy.deepcopy(body.tensors[b_in[j]])
+                tensor.name = f"{base}/iteration{k}/state{j}".encode()
+                sg.tensors.append(tensor)
+                out = len(sg.tensors) - 1
+            o = model.tfl.OperatorT()
+            o.inputs, o.outputs = [running, new, cur[j]], [out]
+            o.builtinOptionsType = model.tfl.BuiltinOptions.SelectV2Options
+            o.builtinOptions = model.tfl.SelectV2OptionsT()
+            new_ops.append(o)
+            selects.append(o)
+            cur[j] = out
 
     # consumers of the loop's outputs read the values the copies left
     subst, values = {}, []
@@ -317,6 +444,10 @@ def _unroll_one(model: _Model, p: int, max_ops: int) -> int:
         elif cur[j] != w:
             subst[w] = cur[j]
     # nothing below refuses: subgraph 0 changes only now
+    if selects:
+        code = _opcode(model, model.tfl.BuiltinOperator.SELECT_V2)
+        for o in selects:
+            o.opcodeIndex = code
     for t, v in values:             # a static loop output becomes a constant of its last value
         b = model.tfl.BufferT()
         b.data = np.frombuffer(v.tobytes(), np.uint8)
@@ -326,7 +457,7 @@ def _unroll_one(model: _Model, p: int, max_ops: int) -> int:
     for o in rest:
         o.inputs = [subst.get(int(t), int(t)) for t in _ints(o.inputs)]
     sg.operators = sg.operators[:p] + new_ops + rest
-    return trips
+    return trips, predicated
 
 
 def unroll_while(buf: bytes, max_ops: int = MAX_OPERATORS) -> tuple[bytes, list[Unrolled]]:
@@ -359,7 +490,7 @@ def unroll_while(buf: bytes, max_ops: int = MAX_OPERATORS) -> tuple[bytes, list[
         try:
             if sum(u.trips is not None for u in done) >= MAX_LOOPS:
                 raise _Refused(f"the file has more than {MAX_LOOPS} loops to unroll")
-            trips = _unroll_one(model, p, max_ops)
+            trips, predicated = _unroll_one(model, p, max_ops)
         except (_Refused, IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
             del sg.tensors[tensors:]
             del m.buffers[buffers:]
@@ -367,7 +498,7 @@ def unroll_while(buf: bytes, max_ops: int = MAX_OPERATORS) -> tuple[bytes, list[
             why = str(e) if isinstance(e, _Refused) else f"its operators or subgraphs are malformed ({e})"
             done.append(Unrolled(name, None, why))
             continue
-        done.append(Unrolled(name, trips))
+        done.append(Unrolled(name, trips, predicated=predicated))
     if not any(u.trips is not None for u in done):
         return buf, done
     import flatbuffers
