@@ -7,10 +7,10 @@
   ``<name>_run`` and one not; the difference of their sections is the model's
   flash (code, constants, libm/libgcc routines it pulls in) and static RAM (the
   arena and the runtime's statics). The stack estimate is ``<name>_run``'s
-  frame + the deepest kernel frame + the deepest leaf (runtime shim or libm,
-  at least :data:`LEAF_STACK_ALLOWANCE`), from GCC's call graph with stack usage
-  (``-fcallgraph-info=su``: the deepest chain of direct calls below ``<name>_run``
-  and below each kernel); interrupts are not included.
+  deepest chain of calls, from GCC's call graph with stack usage
+  (``-fcallgraph-info=su``): a call through the kernel table counts as the
+  deepest kernel, callees outside the model's files (runtime shim, libm) at
+  least :data:`LEAF_STACK_ALLOWANCE`; interrupts are not included.
 * :func:`linker_script` writes the MPS2 linker script with a board's flash and
   SRAM sizes.
 """
@@ -95,6 +95,17 @@ def naked_frames(path: str) -> dict:
     return out
 
 
+def _reachable(fn: str, edges: dict) -> set:
+    """Functions reachable from ``fn`` along direct calls (``fn`` included)."""
+    seen, todo = {fn}, [fn]
+    while todo:
+        for c in edges.get(todo.pop(), ()):
+            if c not in seen:
+                seen.add(c)
+                todo.append(c)
+    return seen
+
+
 def _depth(fn: str, frames: dict, edges: dict, memo: dict, leaf: int) -> int:
     """Worst-case stack below and including ``fn`` along its direct calls (unknown callees: ``leaf``)."""
     if fn in memo:
@@ -111,8 +122,9 @@ def _depth(fn: str, frames: dict, edges: dict, memo: dict, leaf: int) -> int:
 def stack_estimate(exp, usage: dict, graph=None) -> int:
     """Stack bytes ``<name>_run`` needs (see the module docstring).
 
-    With GCC's call graph (``graph``, :func:`compile_model`): the deepest chain of direct calls below
-    ``<name>_run`` plus the deepest below any kernel it calls through the call table, each function's
+    With GCC's call graph (``graph``, :func:`compile_model`): the deepest chain of calls below
+    ``<name>_run``, a call through the call table as deep as the deepest kernel (a kernel it calls
+    directly is on the chain once, not added again), each function's
     frame as GCC reports it (hand-written ones from their ``push`` and ``sub sp``), callees outside the
     model's files at :data:`LEAF_STACK_ALLOWANCE`. Without it: the largest frames, added.
     """
@@ -120,9 +132,15 @@ def stack_estimate(exp, usage: dict, graph=None) -> int:
     frames, edges = graph if graph is not None else ({}, {})
     if frames:
         memo: dict = {}
-        run = _depth(f"{exp.name}_run", frames, edges, memo, LEAF_STACK_ALLOWANCE)
         kernel = max([_depth(s, frames, edges, memo, LEAF_STACK_ALLOWANCE) for s in syms] or [0])
-        return run + kernel
+        start = f"{exp.name}_run"
+        reach = _reachable(start, edges)
+        memo["__indirect_call"] = kernel         # a call through the call table: the deepest kernel
+        depth = _depth(start, frames, edges, memo, LEAF_STACK_ALLOWANCE)
+        missing = syms - reach
+        if missing and "__indirect_call" not in reach:  # kernels the graph does not show being called
+            depth += max(_depth(s, frames, edges, memo, LEAF_STACK_ALLOWANCE) for s in missing)
+        return depth
     run = usage.get(f"{exp.name}_run", (0, ""))[0]
     kernel = max([usage.get(s, (0, ""))[0] for s in syms] or [0])
     leaf = max([usage.get(f, (0, ""))[0] for f in ("TVMBackendAllocWorkspace", "TVMBackendFreeWorkspace",

@@ -7,6 +7,11 @@ into one firmware. Assertions and vectorization are disabled (asserts cost
 flash and check nothing a static export can get wrong; vectorized loops come
 out as OpenCL-style C that GCC rejects). ``fabs`` gets a lowering rule for the
 C target (TVM 0.27 has none and fails with ``Unresolved call tirx.fabs``).
+TVM prints float32 immediates with 7 significant digits, too few to give every
+float32 back (a quantization scale of 0.0176254269 came out as 1.762543e-02f,
+one unit in the last place off, and a QUANTIZE rounded a value to the next
+step): :func:`c_exact_floats` writes each with the 9 it needs, from the values
+in the lowered TIR the code generator was given.
 
 The generated kernels call ``TVMBackendAllocWorkspace`` for internal buffers of
 1 KiB or more and free them in reverse order. :func:`workspace_requests` reads
@@ -38,7 +43,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["KernelModule", "compile_kernels", "c_identifier", "library_args", "workspace_requests", "workspace_need", "c_special_floats",
+__all__ = ["KernelModule", "compile_kernels", "c_identifier", "library_args", "workspace_requests", "workspace_need", "c_special_floats", "c_exact_floats",
            "workspace_align", "SUPPORTED_DTYPES"]
 
 #: tensor dtypes the C export handles (C has no portable half / bfloat16 / fp8 type)
@@ -184,6 +189,65 @@ def c_special_floats(source: str) -> str:
     return re.sub(r"(?<![\w.])nanf(?![\w(])", "NAN", source)
 
 
+_FLOAT32_LITERAL = re.compile(r"(?<![\w.])(\d\.\d{6}e[+-]\d{2,3})f(?![\w.])")
+
+
+def c_exact_floats(source: str, values) -> str:
+    """TVM's C output with each float32 literal (printed ``%.6e``, 7 significant digits) written with the 9
+    digits that give the float32 back; ``values`` are the float32 immediates of the TIR it was printed from.
+
+    >>> c_exact_floats("y = x / 1.762543e-02f + 5.000000e-01f;", [0.01762542687356472, 0.5])
+    'y = x / 1.76254269e-02f + 5.000000e-01f;'
+    """
+    import numpy as np
+
+    exact: dict = {}
+    for v in values:
+        f = abs(float(np.float32(v)))
+        printed, full = "%.6e" % abs(float(v)), "%.8e" % f
+        if float(np.float32(float(printed))) == f:
+            continue                              # 7 digits give it back
+        if exact.setdefault(printed, full) != full:
+            raise UnsupportedError(f"two float32 constants of a kernel print alike in TVM's C output ({printed})")
+    if not exact:
+        return source
+    return _FLOAT32_LITERAL.sub(lambda m: exact.get(m.group(1), m.group(1)) + "f", source)
+
+
+def _float32_immediates(mods) -> list[float]:
+    """The float32 immediates of the PrimFuncs in ``mods`` (from their TVMScript, which prints each one
+    as ``T.float32(<repr of its value>)``)."""
+    import tvm
+
+    found = []
+    for mod in mods:
+        for func in mod.functions.values():
+            if isinstance(func, tvm.tirx.PrimFunc):
+                for m in re.finditer(r"T\.float32\(([-+0-9.eE]+)\)", func.script()):
+                    try:
+                        found.append(float(m.group(1)))
+                    except ValueError:
+                        continue
+    return found
+
+
+def _build_c(tmod, target):
+    """``tvm.tirx.build(tmod, target)`` and the lowered modules its C code generator was given."""
+    import tvm
+
+    seen = []
+    original = tvm.get_global_func("target.build.c")
+
+    def build_c(mod, tgt):
+        seen.append(mod)
+        return original(mod, tgt)
+    tvm.register_global_func("target.build.c", build_c, override=True)
+    try:
+        return tvm.tirx.build(tmod, target=target), seen
+    finally:
+        tvm.register_global_func("target.build.c", original, override=True)
+
+
 _LIBRARY_PART = """
 /* ---- kernels computed by tvm_memsched's microkernel library (tms_nn.c) ---- */
 #include "tvm/runtime/c_backend_api.h"
@@ -270,12 +334,12 @@ def compile_kernels(mod, names, target, prefix: str = "model", library=None) -> 
         config = {"tirx.disable_assert": True, "tirx.disable_vectorize": True}
         try:
             with tvm.transform.PassContext(opt_level=3, config=config):
-                lib = tvm.tirx.build(tmod, target=target)
+                lib, lowered = _build_c(tmod, target)
         except Exception as e:  # TVM raises assorted errors for kernels the C codegen cannot handle
             lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
             raise UnsupportedError(f"TVM's C code generator cannot compile the kernels: "
                                    f"{lines[-1] if lines else type(e).__name__}") from None
-        body = c_special_floats(lib.inspect_source())
+        body = c_exact_floats(c_special_floats(lib.inspect_source()), _float32_immediates(lowered))
     if library:
         body += _LIBRARY_PART + "\n".join(_library_wrappers(library, names, symbols))
     reqs = workspace_requests(lib.inspect_source()) if funcs else {}

@@ -44,6 +44,9 @@ __all__ = ["RunResult", "run_host", "run_qemu", "profile_table", "reference_outp
 
 #: stack reserved on top of the model's estimate for the test program (main, output printing, semihosting)
 HARNESS_STACK_BYTES = 1024
+#: what the measured stack may hold beyond the model's own estimate: the SysTick exception frame with the FPU
+#: context (26 words) and the harness's call frame below which the measurement starts
+_MEASURED_STACK_SLACK = 104 + 32
 
 
 @dataclass
@@ -315,8 +318,13 @@ def _compare(outputs, reference, rtol, atol):
 
 
 def _finish(exp, mode, out, sequence, reference, check, rtol, atol, warnings, program, stack_reserved=None,
-            reference_name="TVM"):
+            reference_name="TVM", stack_estimated=None):
     runs, stats, error = _parse(exp, out.stdout)
+    used = stats.get("stack_used")
+    if stack_estimated is not None and used is not None and used > stack_estimated + _MEASURED_STACK_SLACK:
+        raise MemschedError(f"{exp.name}_run used {used:,} B of stack in {mode}, more than the {stack_estimated:,} B "
+                            f"estimated from GCC's stack usage (+{_MEASURED_STACK_SLACK} B for the interrupt and "
+                            "harness frames): the RAM total would be understated")
     if out.returncode != 0 or error is not None:
         if error is not None and "cut off" in error and out.returncode == 0:
             raise MemschedError(f"the test program ({mode}): {error}")
@@ -405,7 +413,8 @@ def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
     objs = compile_model(exp, build_dir, board, extra_sources=[runtime_file("harness.c"), runtime_file("startup.c"),
                                                                data],
                          extra_flags=["-I", build_dir] + (["-DTVM_MEMSCHED_PROFILE"] if profile else []))
-    stack = -(-(stack_estimate(exp, objs.usage, objs.graph) + HARNESS_STACK_BYTES) // 8) * 8
+    estimated = stack_estimate(exp, objs.usage, objs.graph)
+    stack = -(-(estimated + HARNESS_STACK_BYTES) // 8) * 8
     script = linker_script(os.path.join(build_dir, "firmware.ld"), board.flash_bytes, board.sram_bytes, stack)
     elf = os.path.join(build_dir, f"{exp.name}.elf")
     try:
@@ -431,7 +440,7 @@ def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
            "-kernel", elf]
     out = _run_complete(cmd, timeout, exp)
     return _finish(exp, f"qemu {machine}" + (f" as {board.name}" if board.qemu_machine is None else ""), out,
-                   sequence, reference, check, rtol, atol, objs.warnings, elf, stack, reference_name)
+                   sequence, reference, check, rtol, atol, objs.warnings, elf, stack, reference_name, estimated)
 
 
 def profile_table(exp: MicroExport, result: RunResult, top: int = 12) -> str:
