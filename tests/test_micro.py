@@ -177,6 +177,47 @@ def test_host_run_of_a_clamp_to_infinity(tmp_path):
     assert r.ok, r.summary()
 
 
+def test_float32_constants_reach_the_c_kernels_exactly(tmp_path):
+    """TVM prints a float32 immediate with 7 significant digits; 0.0176254269 (a quantization scale) needs 9
+    to come back as the same float32. The export writes it exactly: the host program's quotients are numpy's,
+    bit for bit, on inputs whose quotients lie a hair from .5 (where a 1-ulp error in the scale flips a round)."""
+    scale = np.float32(0.01762542687356472)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([64], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.divide(x, relax.const(float(scale), "float32")))
+        bb.emit_func_output(y)
+    exp = micro.export(bb.get(), "mps2-an386", str(tmp_path), measure=False)
+    text = open(exp.files["kernels"]).read()
+    assert "1.762543e-02f" not in text and "1.76254269e-02f" in text
+    xs = (np.arange(64, dtype=np.float32) + np.float32(0.5)) * scale
+    r = micro.run_host(exp, [xs])
+    assert r.outputs[0].tobytes() == (xs / scale).astype(np.float32).tobytes()
+
+
+def test_stack_estimate_counts_each_kernel_once_on_its_deepest_chain():
+    """``model_run -> model_invoke -> kernel``: a kernel ``model_invoke`` calls directly is on the chain once
+    (it was added again on top); a call through the kernel table counts as the deepest kernel; a kernel the
+    graph never shows being called is still counted."""
+    from types import SimpleNamespace
+
+    from tvm_memsched.micro.firmware import LEAF_STACK_ALLOWANCE as LEAF, stack_estimate
+
+    calls = [SimpleNamespace(kernel=0), SimpleNamespace(kernel=1)]
+    exp = SimpleNamespace(name="model", program=SimpleNamespace(
+        calls=calls, kernels=SimpleNamespace(symbols=["model_a", "model_b"])))
+    frames = {"model_run": (16, "static"), "model_invoke": (24, "static"), "__tvm_ffi_model_a": (48, "static"),
+              "__tvm_ffi_model_b": (200, "static")}
+    direct = {"model_run": {"model_invoke"}, "model_invoke": {"__tvm_ffi_model_a", "__tvm_ffi_model_b"},
+              "__tvm_ffi_model_a": {"floorf"}}
+    assert stack_estimate(exp, {}, (frames, direct)) == 16 + 24 + 200
+    table = {"model_run": {"model_invoke"}, "model_invoke": {"__indirect_call"}, "__tvm_ffi_model_a": {"floorf"}}
+    assert stack_estimate(exp, {}, (frames, table)) == 16 + 24 + max(48 + LEAF, 200)
+    unseen = {"model_run": {"model_invoke"}, "__tvm_ffi_model_a": {"floorf"}}
+    assert stack_estimate(exp, {}, (frames, unseen)) == 16 + 24 + max(48 + LEAF, 200)
+
+
 def test_host_run_with_weights_as_inputs(tmp_path):
     mod, weights = params_as_inputs()
     exp = micro.export(mod, "mps2-an386", str(tmp_path), measure=False)
