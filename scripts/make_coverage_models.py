@@ -223,6 +223,13 @@ def cases():
         C("cast_complex", ["RFFT2D", "CAST"], [((1, 32), F, -1.0, 1.0)],
           unary(lambda x: tf.cast(tf.signal.rfft(x), tf.float32) * 0.5), kinds=("float32",),
           note="the real part of a complex64 value (BirdNET's spectrogram)"),
+        C("rfft2d", ["RFFT2D", "COMPLEX_ABS", "REAL", "IMAG", "CONCATENATION"], [((1, 3, 6, 12), F, -1.0, 1.0)],
+          unary(lambda x: (lambda z: tf.concat([tf.math.abs(z), tf.math.real(z), tf.math.imag(z)], -1))(
+              tf.signal.rfft2d(x, fft_length=[4, 16]))), kinds=("float32",),
+          note="2-D real FFT, the input zero-padded to fft_length (4, 16): power-of-two kernels"),
+        C("stft", ["RFFT2D", "COMPLEX_ABS"], [((1, 400), F, -1.0, 1.0)],
+          unary(lambda x: tf.math.abs(tf.signal.stft(x, frame_length=64, frame_step=32, fft_length=64))),
+          kinds=("float32",), note="a magnitude spectrogram (tf.signal.stft: frames, Hann window, rfft)"),
         C("ceil", ["CEIL"], [x4()], unary(tf.math.ceil)),
         C("concatenation", ["CONCATENATION"], [x4(), x4(c=2)], binary(lambda a, b: tf.concat([a, b], -1))),
         C("conv_2d", ["CONV_2D"], [x4(c=8)], conv),

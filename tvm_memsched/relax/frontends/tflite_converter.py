@@ -574,6 +574,48 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
             return relax.op.astype(self.get_tensor_expr(x_t), "float32")
         return super().convert_dequantize(op)
 
+    def convert_rfft2d(self, op):
+        """RFFT2D as LiteRT computes it (:mod:`.tflite_fft`: float64, compact FFT loops, ``fft_length``
+        padding or cutting the input); TVM's writes every butterfly out and computes in float32."""
+        from .tflite_fft import columns_primfunc, is_power_of_two, rows_primfunc
+
+        data_t, length_t = self.get_input_tensors(op)
+        (out_t,) = self.get_output_tensors(op)
+        if self.get_tensor_type_str(data_t.tensor.Type()) != "float32" or not self._is_tflite_complex64_type(
+                out_t.tensor.Type()):
+            raise tvm.error.OpNotImplemented("RFFT2D takes float32 and gives complex64")
+        try:
+            length = np.asarray(self.get_tensor_value(length_t))
+        except (ValueError, TypeError, AttributeError):
+            raise tvm.error.OpNotImplemented("RFFT2D with an fft_length computed at run time") from None
+        shape = [int(d) for d in self.get_tensor_shape(data_t)]
+        if length.shape != (2,) or not np.issubdtype(length.dtype, np.integer) or len(shape) < 2:
+            raise tvm.error.OpNotImplemented("RFFT2D needs an input of rank 2 or more and fft_length of 2 integers")
+        height, width = int(length[0]), int(length[1])
+        if not (is_power_of_two(height) and is_power_of_two(width)) or height * width > 1 << 24:
+            raise tvm.error.OpNotImplemented(f"RFFT2D fft_length ({height}, {width}): LiteRT takes powers of two "
+                                             "(and we at most 2**24 points)")
+        ow = width // 2 + 1
+        out_shape = tuple(self._get_relax_tensor_shape(out_t))
+        if out_shape != tuple(shape[:-2]) + (height, ow, 2):
+            raise tvm.error.OpNotImplemented(f"RFFT2D output shape {list(out_shape[:-1])} is not the input's "
+                                             f"with the last two dimensions ({height}, {ow})")
+        batch = int(np.prod(shape[:-2], dtype=np.int64))
+        h_in, w_in = shape[-2:]
+        mb = self.conversion_state["module_builder"]
+        name = f"tflite_rfft2d_{out_t.tensor_idx}"
+        data = relax.op.reshape(self.get_tensor_expr(data_t), [batch, h_in, w_in])
+        pair = [batch, height, ow, 2]
+        if height == 1:
+            rows = mb.add_func(rows_primfunc(batch, h_in, w_in, height, width, "float32"), name)
+            y = relax.call_tir(rows, [data], relax.TensorType(pair, "float32"))
+        else:
+            rows = mb.add_func(rows_primfunc(batch, h_in, w_in, height, width, "float64"), name + "_rows")
+            cols = mb.add_func(columns_primfunc(batch, height, ow), name + "_columns")
+            y = relax.call_tir(rows, [data], relax.TensorType(pair, "float64"))
+            y = relax.call_tir(cols, [self.bb.normalize(y)], relax.TensorType(pair, "float32"))
+        return self.bb.normalize(relax.op.reshape(self.bb.normalize(y), list(out_shape)))
+
     def convert_quantize(self, op):
         """QUANTIZE; of a float tensor that a DEQUANTIZE op computed (an unrolled loop's state: DEQUANTIZE before
         the loop, QUANTIZE in its body) as TFLite computes it, through the float value, kept apart from the
