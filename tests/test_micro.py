@@ -107,7 +107,14 @@ def test_boards():
     assert f746.sram_bytes == 320 * 1024 and f746.qemu_machine is None and f746.emulator == "mps2-an500"
     assert micro.get_board("sparkfun_edge").sram_bytes == 384 * 1024
     assert micro.get_board("nrf52840dk").sram_bytes == 256 * 1024
-    assert not micro.get_board("rpi_pico").runnable
+    assert micro.get_board("rpi_pico").runnable and micro.get_board("rpi_pico").emulator == "mps2-an385"
+    an547, an505 = micro.get_board("mps3-an547"), micro.get_board("mps2-an505")
+    assert an547.core == "Cortex-M55" and an547.mve and an547.dsp and an547.machine.vector_origin == 0
+    assert an547.machine.instructions_per_tick == (125, 4) and an505.machine.instructions_per_tick == (50, 1)
+    assert an505.core == "Cortex-M33" and an505.dsp and not an505.mve and an505.machine.code_origin == 0x10000000
+    m0 = micro.get_board("mps2-an385-m0plus")
+    assert m0.cpu == "cortex-m0plus" and not m0.dsp and m0.fpu is None and m0.emulator == "mps2-an385"
+    assert micro.get_board("nrf5340dk").emulator == "mps2-an505" and micro.get_board("alif_e7_hp").mve
     assert micro.get_board("mps2_an386") is an386  # spelling variants
     table = micro.boards_table()
     assert all(name in table for name in micro.board_names())
@@ -383,10 +390,48 @@ def test_missing_toolchain_names_debian_packages(tmp_path, monkeypatch):
 
 
 def test_board_without_qemu(tmp_path):
-    exp = micro.export(branchy_module(branches=2), "rpi_pico", str(tmp_path))
-    assert exp.measured and exp.fits  # Cortex-M0+ builds and fits, but QEMU has no such machine
-    with pytest.raises(UnsupportedError, match="rpi_pico .* has no QEMU machine; run it with run_host"):
+    from tvm_memsched.micro.boards import Board
+
+    riscv_like = Board("my_board", "a board no QEMU machine runs", "Cortex-M0+", "cortex-m0plus", None,
+                       64 * 1024, 256 * 1024)
+    exp = micro.export(branchy_module(branches=2), riscv_like, str(tmp_path))
+    assert exp.measured and exp.fits  # builds and fits, but no QEMU machine runs it
+    with pytest.raises(UnsupportedError, match="my_board .* has no QEMU machine; run it with run_host"):
         micro.run_qemu(exp)
+
+
+def test_linker_scripts_follow_each_machine_s_memory_map(tmp_path):
+    """The vector table where each core takes it from (AN547: the ITCM at 0, apart from the code in QSPI
+    flash; AN505: the Secure alias of SSRAM1), data in the machine's RAM."""
+    from tvm_memsched.micro.firmware import linker_script
+
+    text = open(linker_script(str(tmp_path / "a.ld"), 1 << 20, 1 << 20, 1024, micro.get_board("mps3-an547"))).read()
+    assert "VEC  (rx)  : ORIGIN = 0x00000000" in text and "ORIGIN = 0x38000000, LENGTH = 1048576" in text
+    assert "RAM  (rwx) : ORIGIN = 0x31000000" in text and "} > VEC" in text
+    text = open(linker_script(str(tmp_path / "b.ld"), 1 << 20, 1 << 20, 1024, micro.get_board("mps2-an505"))).read()
+    assert "VEC  (rx)" not in text and "ORIGIN = 0x10000000" in text and "ORIGIN = 0x38000000" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["mps3-an547", "mps2-an505", "mps2-an385-m0plus"])
+def test_new_cores_run_int8_and_float_models_bit_identical_to_tflite_micro(board, tmp_path):
+    """Cortex-M55 (Helium core, its DSP path for now), Cortex-M33 (DSP) and Cortex-M0+ (ARMv6-M, soft float,
+    unaligned accesses trapped): the microkernel library's int8 convolution and float dense layer run bit
+    for bit as TFLite Micro runs them (float: within TFLM's float rounding); instruction counts follow each
+    machine's SysTick clock."""
+    import os
+
+    from test_cli import run
+
+    folder = os.path.join(os.path.dirname(__file__), "data", "coverage")
+    for name in ("conv_2d.int8.tflite", "fully_connected.float32.tflite"):
+        proc = run("micro", os.path.join(folder, name), "-b", board, "--run", "--kernels", "fast", "--out",
+                   str(tmp_path / name), "-q")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "vs TFLite Micro: bit-identical (ok)" in proc.stdout or (
+            "float32" in name and "vs TFLite Micro: max abs diff" in proc.stdout and "(ok)" in proc.stdout)
+        macs = re.search(r"([\d,]+) instructions \(([\d.]+) per multiply-accumulate", proc.stdout)
+        assert macs and int(macs.group(1).replace(",", "")) > 1000
 
 
 # ----------------------------------------------------------------------- CLI

@@ -2,10 +2,20 @@
 
 Two kinds of boards:
 
-* **QEMU machines** (``mps2-an385``, ``mps2-an386``, ``mps2-an500``): ARM's MPS2
-  FPGA images as QEMU emulates them. Code goes to the 4 MiB ZBT SSRAM1 at
-  address 0 (the "flash"), data, arena and stack to the 4 MiB ZBT SSRAM2&3 at
-  ``0x20000000`` (the "SRAM").
+* **QEMU machines**: ARM's MPS2/MPS3 FPGA images as QEMU 7.2 emulates them
+  (:data:`MACHINES`: where code, data and the vector table go, and how many
+  instructions a SysTick tick is under ``-icount shift=0``). ``mps2-an385`` /
+  ``an386`` / ``an500`` (Cortex-M3 / M4F / M7): code in the 4 MiB ZBT SSRAM1 at
+  address 0 (the "flash"), data, arena and stack in the 4 MiB ZBT SSRAM2&3 at
+  ``0x20000000`` (the "SRAM"). ``mps2-an505`` (Cortex-M33, booted Secure): code
+  in SSRAM1's Secure alias ``0x10000000``, where QEMU takes the vector table
+  from, data in SSRAM2&3 at ``0x38000000``. ``mps3-an547`` (Cortex-M55 with
+  Helium): the vector table in the ITCM at 0, code in the 8 MiB QSPI flash at
+  ``0x38000000``, data in the 4 MiB ISRAM at ``0x31000000``. ``mps2-an385-m0plus``
+  is a Cortex-M0+: ARMv6-M code (no DSP, no FPU, no 32x32->64 multiply, unaligned
+  accesses trapped as an M0+ traps them) run on the AN385's Cortex-M3, which
+  executes the same instructions: instruction counts are the v6-M code's, cycles
+  are not modelled.
 * **Real boards**, for fit checks (does the model's RAM and flash fit?). Their
   sizes are the datasheet numbers of the one contiguous SRAM block the arena can
   live in. A real board whose core QEMU emulates names that machine as its
@@ -32,10 +42,43 @@ from dataclasses import dataclass
 
 from ..core.errors import UnsupportedError
 
-__all__ = ["Board", "BOARDS", "get_board", "board_names", "boards_table"]
+__all__ = ["Board", "BOARDS", "Machine", "MACHINES", "get_board", "board_names", "boards_table"]
 
 KiB = 1024
 MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A QEMU machine's memory map as the firmware uses it, and its SysTick clock: a tick is
+    ``instructions_per_tick[0] / instructions_per_tick[1]`` instructions under ``-icount shift=0``
+    (1 ns per instruction; the MPS2 images clock SysTick at 25 MHz, the AN505 at 20, the AN547 at 32).
+    ``vector_origin`` is where the core takes its vector table from when that is not the start of the
+    code region."""
+
+    name: str
+    code_origin: int
+    code_bytes: int
+    ram_origin: int
+    ram_bytes: int
+    vector_origin: int | None = None
+    instructions_per_tick: tuple[int, int] = (40, 1)
+
+
+_MPS2 = dict(code_origin=0x00000000, code_bytes=4 * MiB, ram_origin=0x20000000, ram_bytes=4 * MiB)
+
+#: the QEMU machines builds run on, by name
+MACHINES: dict[str, Machine] = {m.name: m for m in [
+    Machine("mps2-an385", **_MPS2),
+    Machine("mps2-an386", **_MPS2),
+    Machine("mps2-an500", **_MPS2),
+    # Secure state: SSRAM1's Secure alias (QEMU's initial Secure VTOR), SSRAM2&3's Secure alias
+    Machine("mps2-an505", code_origin=0x10000000, code_bytes=4 * MiB, ram_origin=0x38000000, ram_bytes=4 * MiB,
+            instructions_per_tick=(50, 1)),
+    # vectors in the ITCM at 0 (VTOR resets to 0), code in the QSPI flash (read-only), data in ISRAM0+1
+    Machine("mps3-an547", code_origin=0x38000000, code_bytes=8 * MiB, ram_origin=0x31000000, ram_bytes=4 * MiB,
+            vector_origin=0x00000000, instructions_per_tick=(125, 4)),
+]}
 
 
 @dataclass(frozen=True)
@@ -74,6 +117,17 @@ class Board:
         """The QEMU machine that runs builds for this board (itself or its stand-in)."""
         return self.qemu_machine or self.qemu_stand_in
 
+    @property
+    def machine(self) -> Machine:
+        """The memory map builds for this board are linked for: its QEMU machine's (a board without one
+        is linked as for an MPS2 machine, for size measurements)."""
+        return MACHINES.get(self.emulator or "", MACHINES["mps2-an385"])
+
+    @property
+    def mve(self) -> bool:
+        """Whether the core has the M-profile Vector Extension (Helium: Cortex-M55, Cortex-M85)."""
+        return self.cpu in ("cortex-m55", "cortex-m85")
+
     def cflags(self) -> list[str]:
         """The GCC code-generation flags for this board's core."""
         flags = [f"-mcpu={self.cpu}", "-mthumb"]
@@ -97,13 +151,20 @@ class Board:
 _DSP_CPUS = frozenset({"cortex-m4", "cortex-m7", "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85"})
 
 _LIST = [
-    # QEMU machines (hw/arm/mps2.c): 4 MiB SSRAM1 for code at 0, 4 MiB SSRAM2&3 for data at 0x20000000
+    # QEMU machines (MACHINES has their memory maps)
     Board("mps2-an385", "QEMU MPS2 AN385 (ARM Cortex-M3 FPGA image)", "Cortex-M3", "cortex-m3", None,
           4 * MiB, 4 * MiB, qemu_machine="mps2-an385"),
     Board("mps2-an386", "QEMU MPS2 AN386 (ARM Cortex-M4 FPGA image, single-precision FPU)", "Cortex-M4F",
           "cortex-m4", "fpv4-sp-d16", 4 * MiB, 4 * MiB, qemu_machine="mps2-an386"),
     Board("mps2-an500", "QEMU MPS2 AN500 (ARM Cortex-M7 FPGA image, double-precision FPU)", "Cortex-M7",
           "cortex-m7", "fpv5-d16", 4 * MiB, 4 * MiB, qemu_machine="mps2-an500"),
+    Board("mps2-an505", "QEMU MPS2 AN505 (Arm Cortex-M33 FPGA image: DSP, single-precision FPU; runs Secure)",
+          "Cortex-M33", "cortex-m33", "fpv5-sp-d16", 4 * MiB, 4 * MiB, qemu_machine="mps2-an505"),
+    Board("mps3-an547", "QEMU MPS3 AN547 (Arm Cortex-M55 FPGA image: Helium MVE-I/MVE-F, FPU): 4 MiB ISRAM, "
+          "8 MiB QSPI flash", "Cortex-M55", "cortex-m55", "auto", 4 * MiB, 8 * MiB, qemu_machine="mps3-an547"),
+    Board("mps2-an385-m0plus", "Cortex-M0+ (ARMv6-M code, soft float) on QEMU's MPS2 AN385: the Cortex-M3 runs "
+          "the same instructions (instruction counts are the v6-M code's; cycles are not modelled)",
+          "Cortex-M0+", "cortex-m0plus", None, 4 * MiB, 4 * MiB, qemu_stand_in="mps2-an385"),
     # Real boards (fit checks; runs on the QEMU machine with the same core and the board's memory sizes)
     Board("nucleo_f746zg", "ST Nucleo-144 STM32F746ZG: 320 KB SRAM (DTCM+SRAM1+SRAM2), 1 MB flash",
           "Cortex-M7", "cortex-m7", "fpv5-sp-d16", 320 * KiB, 1 * MiB, qemu_stand_in="mps2-an500"),
@@ -119,8 +180,16 @@ _LIST = [
           "Cortex-M4F", "cortex-m4", "fpv4-sp-d16", 128 * KiB, 512 * KiB, qemu_stand_in="mps2-an386"),
     Board("nucleo_f401re", "ST Nucleo-64 STM32F401RE: 96 KB SRAM, 512 KB flash",
           "Cortex-M4F", "cortex-m4", "fpv4-sp-d16", 96 * KiB, 512 * KiB, qemu_stand_in="mps2-an386"),
+    Board("nrf5340dk", "Nordic nRF5340 DK (nRF5340 application core, Cortex-M33 with DSP and FPU): 512 KB RAM, "
+          "1 MB flash", "Cortex-M33", "cortex-m33", "fpv5-sp-d16", 512 * KiB, 1 * MiB, qemu_stand_in="mps2-an505"),
+    Board("b_u585i_iot02a", "ST B-U585I-IOT02A (STM32U585AI, Cortex-M33 with DSP and FPU): 768 KB SRAM "
+          "(SRAM1+2+3, contiguous), 2 MB flash", "Cortex-M33", "cortex-m33", "fpv5-sp-d16", 768 * KiB, 2 * MiB,
+          qemu_stand_in="mps2-an505"),
+    Board("alif_e7_hp", "Alif Ensemble E7 AppKit, high-performance core (Cortex-M55 with Helium): its 1 MB DTCM "
+          "for data, 256 KB ITCM + MRAM for code (fit: 1 MB RAM, 5.5 MB MRAM)", "Cortex-M55", "cortex-m55",
+          "auto", 1 * MiB, 5632 * KiB, qemu_stand_in="mps3-an547"),
     Board("rpi_pico", "Raspberry Pi Pico (RP2040, Cortex-M0+ core, no FPU): 264 KB SRAM, 2 MB flash",
-          "Cortex-M0+", "cortex-m0plus", None, 264 * KiB, 2 * MiB),
+          "Cortex-M0+", "cortex-m0plus", None, 264 * KiB, 2 * MiB, qemu_stand_in="mps2-an385"),
 ]
 
 #: every known board by name

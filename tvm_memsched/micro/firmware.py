@@ -11,8 +11,8 @@
   (``-fcallgraph-info=su``): a call through the kernel table counts as the
   deepest kernel, callees outside the model's files (runtime shim, libm) at
   least :data:`LEAF_STACK_ALLOWANCE`; interrupts are not included.
-* :func:`linker_script` writes the MPS2 linker script with a board's flash and
-  SRAM sizes.
+* :func:`linker_script` writes the linker script for a board's QEMU machine
+  (its memory map) with the board's flash and SRAM sizes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 
 from ..core.files import atomic_write, output_dir
-from .boards import Board
+from .boards import MACHINES, Board
 from .toolchain import call_graph, compile_objects, find_tool, host_cc, link, section_sizes, stack_usage
 
 __all__ = ["COMMON_CFLAGS", "LEAF_STACK_ALLOWANCE", "Objects", "Measurement", "compile_model", "measure",
@@ -148,11 +148,17 @@ def stack_estimate(exp, usage: dict, graph=None) -> int:
     return run + kernel + leaf
 
 
-def linker_script(path: str, flash_bytes: int, ram_bytes: int, stack_bytes: int) -> str:
-    """Write the MPS2 linker script with these region sizes to ``path``; returns ``path``."""
-    with open(runtime_file("mps2.ld.in"), encoding="utf-8") as f:
+def linker_script(path: str, flash_bytes: int, ram_bytes: int, stack_bytes: int, board=None) -> str:
+    """Write the linker script for ``board``'s QEMU machine (:attr:`.Board.machine`; an MPS2 machine's when
+    None) with these region sizes to ``path``; returns ``path``."""
+    m = board.machine if board is not None else MACHINES["mps2-an386"]
+    with open(runtime_file("cortexm.ld.in"), encoding="utf-8") as f:
         text = f.read()
-    text = (text.replace("@FLASH_BYTES@", str(flash_bytes)).replace("@RAM_BYTES@", str(ram_bytes))
+    vec = "" if m.vector_origin is None else f"  VEC  (rx)  : ORIGIN = 0x{m.vector_origin:08x}, LENGTH = 1K\n"
+    text = (text.replace("@MACHINE@", m.name).replace("@VECTOR_REGION@", vec)
+            .replace("@VECTOR_MEMORY@", "CODE" if m.vector_origin is None else "VEC")
+            .replace("@CODE_ORIGIN@", f"0x{m.code_origin:08x}").replace("@RAM_ORIGIN@", f"0x{m.ram_origin:08x}")
+            .replace("@FLASH_BYTES@", str(flash_bytes)).replace("@RAM_BYTES@", str(ram_bytes))
             .replace("@STACK_BYTES@", str(stack_bytes)))
     atomic_write(path, text)
     return path
@@ -201,7 +207,7 @@ def measure(exp, build_dir: str | None = None) -> Measurement:
     objs = compile_model(exp, build_dir, board, extra_sources=[runtime_file("startup.c"), *probes.values()])
     by_name = {os.path.basename(o): o for o in objs.objects}
     model_objs = [o for o in objs.objects if not os.path.basename(o).startswith(("probe_", "startup"))]
-    script = linker_script(os.path.join(build_dir, "probe.ld"), 64 << 20, 64 << 20, 0)
+    script = linker_script(os.path.join(build_dir, "probe.ld"), 64 << 20, 64 << 20, 0, board)
     sizes = {}
     for kind in ("model", "bare"):
         elf = os.path.join(build_dir, f"probe_{kind}.elf")

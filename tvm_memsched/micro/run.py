@@ -410,12 +410,16 @@ def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
     sequence, reference = _sequence(exp, inputs, sequence, seed, reference)
     build_dir = os.path.join(exp.out_dir, "run", board.name)
     data = _write_harness(exp, sequence, build_dir)
+    num, den = board.machine.instructions_per_tick
     objs = compile_model(exp, build_dir, board, extra_sources=[runtime_file("harness.c"), runtime_file("startup.c"),
                                                                data],
-                         extra_flags=["-I", build_dir] + (["-DTVM_MEMSCHED_PROFILE"] if profile else []))
+                         extra_flags=["-I", build_dir, f"-DHARNESS_TICK_INSTRUCTIONS={num}u",
+                                      f"-DHARNESS_TICK_DIVISOR={den}u"]
+                         + (["-DTVM_MEMSCHED_PROFILE"] if profile else []))
     estimated = stack_estimate(exp, objs.usage, objs.graph)
     stack = -(-(estimated + HARNESS_STACK_BYTES) // 8) * 8
-    script = linker_script(os.path.join(build_dir, "firmware.ld"), board.flash_bytes, board.sram_bytes, stack)
+    script = linker_script(os.path.join(build_dir, "firmware.ld"), min(board.flash_bytes, board.machine.code_bytes),
+                           min(board.sram_bytes, board.machine.ram_bytes), stack, board)
     elf = os.path.join(build_dir, f"{exp.name}.elf")
     try:
         link(find_tool("arm-none-eabi-gcc"), objs.objects, elf,

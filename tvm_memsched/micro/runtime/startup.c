@@ -1,8 +1,8 @@
-/* Cortex-M start-up for QEMU's MPS2 machines (mps2-an385 / an386 / an500) with newlib's rdimon
- * (semihosting) C library.
+/* Cortex-M start-up for QEMU's MPS2/MPS3 machines (mps2-an385 / an386 / an500 / an505, mps3-an547)
+ * with newlib's rdimon (semihosting) C library.
  *
- * The vector table sits at address 0 (ZBT SSRAM1), where the core fetches the initial stack
- * pointer and the reset vector. Reset_Handler enables the FPU when the build uses one (a
+ * The vector table sits where the machine's core fetches the initial stack pointer and the reset
+ * vector (the linker script places it: address 0, or 0x10000000 on the Secure-booted AN505). Reset_Handler enables the FPU when the build uses one (a
  * Cortex-M4F/M7 faults on the first floating-point instruction otherwise) and enters newlib's
  * _start (rdimon-crt0: zeroes .bss, opens the semihosting console, runs constructors, calls
  * main and passes main's return value to the host, so it becomes QEMU's exit status).
@@ -42,8 +42,13 @@ __attribute__((naked)) void _stack_init(void) {
 }
 
 void Reset_Handler(void) {
-#if defined(__ARM_FP)
-  /* CPACR (0xE000ED88): full access to coprocessors CP10 and CP11 (the FPU) */
+#if defined(__ARM_ARCH_6M__)
+  /* CCR (0xE000ED14) UNALIGN_TRP: an unaligned access faults, as it does on a Cortex-M0+ (the ARMv6-M code
+   * runs on a Cortex-M3 stand-in, which would otherwise carry it out) */
+  *(volatile uint32_t*)0xE000ED14u |= (1u << 3);
+#endif
+#if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
+  /* CPACR (0xE000ED88): full access to coprocessors CP10 and CP11 (the FPU, and Helium's MVE on v8.1-M) */
   *(volatile uint32_t*)0xE000ED88u |= (0xFu << 20);
   __asm__ volatile("dsb\n\tisb" ::: "memory");
 #endif
@@ -62,7 +67,7 @@ __attribute__((section(".isr_vector"), used)) const vector_t g_vectors[16 + 32] 
     HardFault_Handler,                 /* MemManage */
     HardFault_Handler,                 /* BusFault */
     HardFault_Handler,                 /* UsageFault */
-    0,
+    HardFault_Handler,                 /* SecureFault (ARMv8-M; reserved before) */
     0,
     0,
     0,
