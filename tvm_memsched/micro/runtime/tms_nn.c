@@ -14,6 +14,15 @@
 #else
 #define TMS_ASM 0
 #endif
+/* Helium (MVE integer, Cortex-M55/M85): the convolution and fully connected dot products as predicated
+ * 16-lane int8 multiply-accumulate reductions (VMLADAVA) over the same packed layouts; the Cortex-M4
+ * assembly of those two kernels is then not used (the depthwise, ADD and pooling kernels keep theirs). */
+#if !defined(TMS_NN_NO_MVE) && defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#define TMS_MVE 1
+#include <arm_mve.h>
+#else
+#define TMS_MVE 0
+#endif
 
 /* The specialised variants this build compiles. The export writes tms_nn_config.h next to this file with
  * the ones its model calls (output modes of the integer kernels, fused multiply-add or not in the float
@@ -248,7 +257,27 @@ TMS_INLINE void dot_2x2(const int8_t* col, const int8_t* w, int32_t k4, int32_t*
   const tms_w32_t* c = (const tms_w32_t*)col;
   const tms_w32_t* wp = (const tms_w32_t*)w;
   const tms_w32_t* end = c + k4 / 2;
-#if TMS_DSP
+#if TMS_MVE
+  /* 16 bytes = two groups of [pixel 0: 4][pixel 1: 4] against [channel 0: 4][channel 1: 4]: lanes 0-3 and 8-11
+   * (predicate 0x0F0F) pair pixel 0 with channel 0; with the weights' words swapped in each half (VREV64.32)
+   * pixel 0 with channel 1, with the column's swapped pixel 1 with either. The last 8 bytes of an odd group
+   * count are predicated off (VCTP). (One predicate constant only: GCC 12 mis-encodes 0xF0F0.) */
+  const int32_t n = 2 * k4;
+  (void)end;
+  for (int32_t i = 0; i < n; i += 16) {
+    const mve_pred16_t tail = vctp8q((uint32_t)(n - i));
+    const int8x16_t cv = vldrbq_z_s8(col + i, tail);
+    const int8x16_t wv = vldrbq_z_s8(w + i, tail);
+    const int8x16_t ws = vreinterpretq_s8_s32(vrev64q_s32(vreinterpretq_s32_s8(wv)));
+    const int8x16_t cs = vreinterpretq_s8_s32(vrev64q_s32(vreinterpretq_s32_s8(cv)));
+    a00 = vmladavaq_p_s8(a00, cv, wv, 0x0F0F);
+    a01 = vmladavaq_p_s8(a01, cv, ws, 0x0F0F);
+    a10 = vmladavaq_p_s8(a10, cs, wv, 0x0F0F);
+    a11 = vmladavaq_p_s8(a11, cs, ws, 0x0F0F);
+  }
+  (void)c;
+  (void)wp;
+#elif TMS_DSP
   while (c < end) {
     int32_t x0 = c[0], x1 = c[1], wa = wp[0], wb = wp[1];
     c += 2;
@@ -299,7 +328,34 @@ TMS_INLINE void dot_1x2(const int8_t* x, int32_t xstep, const int8_t* w, int32_t
   int32_t a0 = acc[0], a1 = acc[1];
   const tms_w32_t* wp = (const tms_w32_t*)w;
   int32_t groups = k >> 2;
-#if TMS_DSP
+#if TMS_MVE
+  /* two groups (16 weight bytes: [channel 0: 4][channel 1: 4] twice) per step; the input's two groups are
+   * gathered so each faces both channels: [x 0-3][x 0-3][x 4-7][x 4-7] (contiguous input) or read as they
+   * lie (slot 0 of an interleaved column: [x][other pixel]), channel 1 then through the swapped weights */
+  const int32_t nw = 8 * groups;
+  if (xstep == 4) {
+    const uint8x16_t offs = {0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0};   /* lanes 4-7, 12-15 unused */
+    for (int32_t i = 0; i < nw; i += 16) {
+      const mve_pred16_t tail = vctp8q((uint32_t)(nw - i));
+      const int8x16_t xv = vldrbq_gather_offset_z_s8(x + i / 2, offs, tail);
+      const int8x16_t wv = vldrbq_z_s8((const int8_t*)wp + i, tail);
+      const int8x16_t ws = vreinterpretq_s8_s32(vrev64q_s32(vreinterpretq_s32_s8(wv)));
+      a0 = vmladavaq_p_s8(a0, xv, wv, 0x0F0F);
+      a1 = vmladavaq_p_s8(a1, xv, ws, 0x0F0F);
+    }
+  } else {
+    for (int32_t i = 0; i < nw; i += 16) {
+      const mve_pred16_t tail = vctp8q((uint32_t)(nw - i));
+      const int8x16_t xv = vldrbq_z_s8(x + i, tail);
+      const int8x16_t wv = vldrbq_z_s8((const int8_t*)wp + i, tail);
+      const int8x16_t ws = vreinterpretq_s8_s32(vrev64q_s32(vreinterpretq_s32_s8(wv)));
+      a0 = vmladavaq_p_s8(a0, xv, wv, 0x0F0F);
+      a1 = vmladavaq_p_s8(a1, xv, ws, 0x0F0F);
+    }
+  }
+  x += xstep * groups;
+  wp += 2 * groups;
+#elif TMS_DSP
   for (; groups > 0; --groups) {
     int32_t xv = rd32(x), wa = wp[0], wb = wp[1];
     x += xstep;
@@ -418,7 +474,7 @@ typedef struct {
   int32_t clamp;         /* 40: apply them */
 } tms_job_t;
 
-__attribute__((naked, noinline)) static void conv_pairs_m4(const tms_job_t* job __attribute__((unused))) {
+__attribute__((naked, noinline, unused)) static void conv_pairs_m4(const tms_job_t* job __attribute__((unused))) {
   __asm__ volatile(
       "push {r4-r11, lr}\n\t"
       "sub sp, sp, #16\n\t"
@@ -542,7 +598,7 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
   const int mode = out_mode(tab, p->act_min, p->act_max);
   /* the padding of each slot's last group (K..K4) meets zero weights; give it a value */
   for (int32_t k = K; k < K4; ++k) col[((k >> 2) << 3) + (k & 3)] = col[((k >> 2) << 3) + 4 + (k & 3)] = 0;
-#if TMS_ASM
+#if TMS_ASM && !TMS_MVE
   const int32_t even = oc & ~1;      /* channel pairs in assembly, an odd last channel in C */
   tms_job_t job = {col, w, tab + 1, y, oc, K4 / 4, oc / 2, o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
                    (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP};
@@ -562,7 +618,7 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
         if (++ox == p->out_w) ox = 0, ++oy;
       }
       int8_t* y0 = yb + pix * oc;
-#if TMS_ASM
+#if TMS_ASM && !TMS_MVE
       if (two && by_asm) {
         job.y0 = y0;
         conv_pairs_m4(&job);
@@ -596,7 +652,7 @@ typedef struct {
   int32_t pair_bytes;    /* 40: 2 * K */
 } tms_fcjob_t;
 
-__attribute__((naked, noinline)) static void fc_groups_m4(const tms_fcjob_t* job __attribute__((unused))) {
+__attribute__((naked, noinline, unused)) static void fc_groups_m4(const tms_fcjob_t* job __attribute__((unused))) {
   __asm__ volatile(
       "push {r4-r11, lr}\n\t"
       "sub sp, sp, #16\n\t"
@@ -682,7 +738,7 @@ void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_ch
   const int32_t K = p->in_n, n = p->out_n;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
   const int mode = out_mode(tab, p->act_min, p->act_max);
-#if TMS_ASM
+#if TMS_ASM && !TMS_MVE
   if (mode != TMS_EXACT && (K & 3) == 0 && n >= 4) {   /* groups of four channels in assembly, the rest in C */
     const int32_t n4 = n & ~3;
     tms_fcjob_t job = {x, w, tab + 1, y, K / 4, n / 4, o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),

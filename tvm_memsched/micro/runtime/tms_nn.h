@@ -12,7 +12,10 @@
  *   - on cores with the DSP extension (__ARM_FEATURE_DSP: Cortex-M4/M7/M33/M55) four int8 products
  *     per pair of SMLAD instructions, operands widened with SXTB16; plain C elsewhere (Cortex-M0+/M3,
  *     the host). TMS_NN_EMULATE_DSP compiles the DSP path with portable C for the instructions, so
- *     the host can test it; TMS_NN_NO_DSP forces the plain path.
+ *     the host can test it; TMS_NN_NO_DSP forces the plain path;
+ *   - on cores with Helium (__ARM_FEATURE_MVE: Cortex-M55/M85) the convolution and fully connected dot
+ *     products as predicated 16-lane int8 reductions (VMLADAVA, 16 products per instruction) over the same
+ *     packed layouts, tails predicated with VCTP; TMS_NN_NO_MVE forces the DSP path.
  * Weights come packed by tvm_memsched.micro.nn (same bytes, another order, rows padded to four):
  * channel pairs interleaved every four reduction elements, [OC/2][K/4][2][4]; depthwise weights
  * as four-channel blocks of every tap, [C/4][taps][4]. Each convolution
