@@ -16,15 +16,9 @@
 * **fused activations of quantized outputs** clamped exactly as TFLite's
   ``CalculateActivationRangeQuantized`` computes the bounds (float division,
   rounding half away from zero; TVM uses Python's round-half-to-even);
-* **resource variables in subgraph 0** (streaming models): TVM imports only
-  their ``CALL_ONCE`` initialisation; here the first ``READ_VARIABLE`` of a
-  variable in an invocation becomes a new Relax variable (the state *before*
-  the invocation, a parameter of ``main`` added by
-  :mod:`.tflite_state`), ``ASSIGN_VARIABLE`` makes its value the variable's
-  current value (which later reads return), and :meth:`OperatorConverter.state_updates`
-  lists each variable's state before and after the invocation with its
-  initial value. int8 resource values pass as int8, like the other
-  data-movement operators;
+* **resource variables in subgraph 0** (streaming models) and variable
+  tensors, carried from one invocation to the next (:mod:`.tflite_variables`);
+  int8 resource values pass as int8, like the other data-movement operators;
 * **dynamic-range quantized ("hybrid") CONV_2D, DEPTHWISE_CONV_2D and
   FULLY_CONNECTED** (float input, int8 weights), which TVM refuses: the input
   quantized on the fly as LiteRT does it (:mod:`.tflite_hybrid`);
@@ -55,6 +49,8 @@ from ..int8.params import act_range
 from .tflite_hybrid import HYBRID_OPS, hybrid_conv2d, hybrid_dense, hybrid_transpose_conv
 from .tflite_int8_values import VALUE_OPS, Int8ValueOps
 from .tflite_movement import MovementOps
+from .tflite_variables import VariableStateOps
+from .tflite_variables import tensor_name as _name
 
 __all__ = ["OperatorConverter", "MOVE_OPS", "RESOURCE_OPS", "RECURRENT_OPS", "VALUE_OPS"]
 
@@ -77,7 +73,7 @@ _TFL_INT32, _TFL_INT64, _TFL_INT16 = 2, 4, 7
 _FLOAT_RANGES = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 
 
-class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
+class OperatorConverter(Int8ValueOps, MovementOps, VariableStateOps, _TVMConverter):
     """TVM's TFLite converter with int8 data movement, compact PRELU and exact activation ranges."""
 
     _SUPPORTED_QUANTIZED_OPS = frozenset(_TVMConverter._SUPPORTED_QUANTIZED_OPS | MOVE_OPS | RESOURCE_OPS
@@ -310,63 +306,6 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
             raise tvm.error.OpNotImplemented(f"hybrid {name} with fused activation {int(fn)}")
         return _FLOAT_RANGES[int(fn)]
 
-    def convert_read_state(self, op):
-        """READ_VARIABLE: the variable's current value; the first read of an invocation is the state before it."""
-        if self.conversion_state["in_call_once_init"]:
-            return self.convert_read_variable(op)
-        (handle,), (out,) = self.get_input_tensors(op), self.get_output_tensors(op)
-        key = self._get_resource_key_for_handle(handle, "READ_VARIABLE")
-        st = self._state(key)
-        if st["current"] is None:
-            init = self.conversion_state["resource_values"].get(key)
-            if init is None:
-                raise tvm.error.OpNotImplemented(f"READ_VARIABLE of '{_key_name(key)}' before any assignment and "
-                                                 "without a CALL_ONCE initial value")
-            shape = [int(d) for d in self.get_tensor_shape(out)]
-            var = relax.Var(f"state_{_ident(_key_name(key))}",
-                            relax.TensorType(shape, self.get_tensor_type_str(out.tensor.Type())))
-            st.update(param=var, current=var, init=init)
-        return st["current"]
-
-    def convert_assign_state(self, op):
-        """ASSIGN_VARIABLE: in the initialisation subgraph TVM's (initial values); in subgraph 0 the value
-        becomes the variable's current one."""
-        if self.conversion_state["in_call_once_init"]:
-            return self.convert_assign_variable(op)
-        handle, value = self.get_input_tensors(op)
-        key = self._get_resource_key_for_handle(handle, "ASSIGN_VARIABLE")
-        st = self._state(key)
-        st["current"], st["assigned"] = self.get_tensor_expr(value), True
-        return None
-
-    # ------------------------------------------------------------ variable tensors (LSTM states)
-    def variable_state(self, tw, shape) -> relax.Expr:
-        """The current value of the variable tensor ``tw`` (an LSTM's output or cell state, which the
-        runtimes keep from one invocation to the next): on first use the state before the invocation,
-        initialised from the file (zeros; the zero point of a quantized tensor, as TFLite resets it)."""
-        if not tw.tensor.IsVariable():
-            return self.get_tensor_expr(tw)
-        key = ("", _name(tw))
-        st = self._state(key)
-        if st["current"] is None:
-            dtype = self.get_tensor_type_str(tw.tensor.Type())
-            data = tw.buffer.DataAsNumpy() if tw.buffer is not None and tw.buffer.DataLength() else None
-            if data is not None:
-                init = np.frombuffer(data, dtype).reshape(shape)
-            else:
-                zp = int(tw.tensor.Quantization().ZeroPoint(0)) if tw.qnn_params is not None and \
-                    tw.tensor.Quantization().ZeroPointLength() else 0
-                init = np.full(shape, zp, dtype)
-            var = relax.Var(f"state_{_ident(key[1])}", relax.TensorType(list(shape), dtype))
-            st.update(param=var, current=var, init=relax.const(np.ascontiguousarray(init), dtype))
-        return st["current"]
-
-    def assign_variable_state(self, tw, value) -> None:
-        """Make ``value`` the current value of the variable tensor ``tw``."""
-        if tw.tensor.IsVariable():
-            st = self._state(("", _name(tw)))
-            st["current"], st["assigned"] = value, True
-
     def convert_sequence_lstm(self, op):
         """UNIDIRECTIONAL_SEQUENCE_LSTM, unrolled (:mod:`.tflite_lstm`)."""
         from .tflite_lstm import sequence_lstm
@@ -385,20 +324,6 @@ class OperatorConverter(Int8ValueOps, MovementOps, _TVMConverter):
         from .tflite_batch_matmul import batch_matmul
 
         return batch_matmul(self, op)
-
-    def _state(self, key) -> dict:
-        states = self.conversion_state["tvm_memsched_states"]
-        return states.setdefault(key, {"param": None, "current": None, "init": None, "assigned": False})
-
-    def state_updates(self) -> list:
-        """``[(name, state before: relax.Var, state after: Expr, initial value: Expr)]`` for every variable
-        subgraph 0 reads before assigning (the others carry nothing from one invocation to the next), in
-        the order of their first reads."""
-        out = []
-        for key, st in self.conversion_state["tvm_memsched_states"].items():
-            if st["param"] is not None:
-                out.append((_key_name(key), st["param"], st["current"], st["init"]))
-        return out
 
     def _same_quantization(self, name: str, convert):
         def checked(op):
@@ -788,17 +713,4 @@ class _OffsetBuffer:
     def DataIsNone(self):  # noqa: N802
         return False
 
-
-def _key_name(key) -> str:
-    container, shared = key
-    return f"{container}/{shared}" if container else shared
-
-
-def _ident(text: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in text)
-
-
-def _name(t) -> str:
-    n = t.tensor.Name()
-    return n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n)
 
