@@ -23,7 +23,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["tvm_memsched", "tvm_memsched.*"]),
     package_data={"tvm_memsched": ["zoo/data/*.json", "schedulers/data/*.npz", "tflite/data/*.npz",
-                                    "micro/runtime/*"]},
+                                    "micro/runtime/*", "micro/runtime/*/*"]},
     install_requires=["numpy>=1.24", "networkx>=3.0"],
     extras_require={"tvm": TVM, "ilp": ILP, "tflite": TFLITE, "plot": PLOT, "torch": TORCH, "onnx": ONNX,
                     "all": ALL, "test": TEST},

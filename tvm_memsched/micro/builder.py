@@ -14,7 +14,8 @@ Steps:
    arena;
 4. the planned ``main`` becomes ``<name>.c``/``<name>.h``/``<name>_params.c``
    (:mod:`.codegen`); the runtime shim and TVM's C headers are copied next to them;
-5. optionally (``measure=True``) everything is cross-compiled for the board to
+5. a CMake library of those files, with an example firmware (:mod:`.cmake`);
+6. optionally (``measure=True``) everything is cross-compiled for the board to
    measure flash, static RAM and stack (:mod:`.firmware`), and checked against
    the board's SRAM and flash.
 
@@ -635,6 +636,9 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         exp.flash_bytes, exp.static_ram_bytes, exp.stack_bytes = m.flash_bytes, m.static_ram_bytes, m.stack_bytes
         seconds["measure"] = time.perf_counter() - t0
     choice.pop("measured", None)
+    from .cmake import write_cmake
+
+    files.update(write_cmake(exp))
     atomic_write(os.path.join(out_dir, f"{name}_report.json"), json.dumps(exp.to_dict(), indent=1, default=str) + "\n")
     files["report"] = os.path.join(exp.out_dir, f"{name}_report.json")
     if check_fit:

@@ -103,7 +103,8 @@ class RunResult:
 
 
 def default_inputs(exp: MicroExport, seed: int = 0) -> list[np.ndarray]:
-    """The fixed test input: seeded random arrays matching ``main``'s parameters (not its states)."""
+    """The fixed test input: seeded random arrays matching ``main``'s parameters (not its states); with seed 0
+    the input of the exported example (:func:`.cmake.example_inputs`)."""
     from ..relax.compare import random_inputs
 
     state_params = {s.param for s in exp.states}

@@ -58,6 +58,9 @@ void Reset_Handler(void) {
 }
 
 typedef void (*vector_t)(void);
+#define VECTORS_8 \
+  Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler, \
+      Default_Handler, Default_Handler
 
 __attribute__((section(".isr_vector"), used)) const vector_t g_vectors[16 + 32] = {
     (vector_t)(uintptr_t)&__stack_top, /* initial main stack pointer */
@@ -76,5 +79,6 @@ __attribute__((section(".isr_vector"), used)) const vector_t g_vectors[16 + 32] 
     0,
     Default_Handler, /* PendSV */
     SysTick_Handler, /* SysTick */
-    [16 ... 47] = Default_Handler,
+    /* external interrupts 0-31 */
+    VECTORS_8, VECTORS_8, VECTORS_8, VECTORS_8,
 };

@@ -26,8 +26,9 @@
 
 /* The specialised variants this build compiles. The export writes tms_nn_config.h next to this file with
  * the ones its model calls (output modes of the integer kernels, fused multiply-add or not in the float
- * kernels, the hybrid kernels' forms), so the others cost no flash; without it, every variant is compiled. */
-#if defined(__has_include)
+ * kernels, the hybrid kernels' forms), so the others cost no flash; without it, or with TMS_NN_ALL_VARIANTS
+ * defined (a firmware holding several models), every variant is compiled. */
+#if defined(__has_include) && !defined(TMS_NN_ALL_VARIANTS)
 #if __has_include("tms_nn_config.h")
 #include "tms_nn_config.h"
 #endif
