@@ -256,11 +256,13 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
                      "workspace_high_water": r.workspace_high_water, "invocations": r.invocations,
                      "reference": r.reference_name}
     if args.profile:
-        from ..micro.run import profile_table
+        from ..micro.run import profile_layers, profile_table
 
         print("where the instructions go (kernel calls timed with SysTick; the timing adds a few per call):")
         print(profile_table(exp, r))
         report["run"]["profile"] = {exp.program.calls[k].kernel + f"#{k}": n for k, n in sorted(r.profile.items())}
+        report["run"]["layers"] = profile_layers(exp, r)
+        _profile_plot(exp, report["run"]["layers"])
     code = 0
     if not r.ok:
         print(f"tvm-memsched: error: outputs differ from {r.reference_name}'s (max abs error {r.max_abs_err:.3g})",
@@ -301,3 +303,21 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
         else:
             sides["default"]["instructions"] = "does not fit"
     return code
+
+
+def _profile_plot(exp, layers) -> None:
+    """``<name>_profile.png`` next to the report: instructions per kernel call over the arena's occupancy."""
+    import os
+
+    from ..core.errors import MemschedError
+    from .plots import kernel_profile
+
+    path = os.path.join(exp.out_dir, f"{exp.name}_profile.png")
+    try:
+        kernel_profile(layers, exp.timeline, path, arena_bytes=exp.arena_bytes,
+                       title=f"{exp.name} on {exp.board.name}: instructions per kernel call and the arena")
+    except MemschedError as e:             # no matplotlib (UnsupportedError): the numbers are in the report
+        print(f"profile plot skipped: {e}")
+        return
+    exp.files["profile_plot"] = path
+    print(f"profile plot: {path}")

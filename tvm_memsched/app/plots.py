@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 from ..core.files import atomic_write
 
-__all__ = ["memory_over_time", "arena_layout", "peaks_bar_chart"]
+__all__ = ["memory_over_time", "arena_layout", "peaks_bar_chart", "kernel_profile"]
 
 
 def _plt():
@@ -117,6 +117,60 @@ def peaks_bar_chart(rows: Mapping[str, Mapping[str, int]], path: str, *, title: 
     ax.set_title(title or "peak memory per model")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def kernel_profile(layers: Sequence[Mapping], timeline: Sequence[Sequence], path: str, *, title: str = "",
+                   arena_bytes: int | None = None) -> str:
+    """A profiled microcontroller run, by kernel call: instructions per call (bars, coloured by what computes
+    the kernel) above the arena's occupancy (each buffer a rectangle from its first to its last call at its
+    offset, and the live bytes as a line). ``layers``: :func:`tvm_memsched.micro.run.profile_layers`;
+    ``timeline``: the export's ``(name, offset, size, first call, last call)`` rows.
+
+    >>> import os, tempfile
+    >>> layers = [{"call": 0, "code": "conv", "instructions": 900, "live_bytes": 96},
+    ...           {"call": 1, "code": "TVM C", "instructions": 300, "live_bytes": 64}]
+    >>> path = os.path.join(tempfile.mkdtemp(), "profile.png")
+    >>> kernel_profile(layers, [("a", 0, 64, 0, 1), ("b", 64, 32, 0, 0)], path) == path
+    True
+    """
+    plt = _plt()
+    from matplotlib.patches import Rectangle
+
+    n = len(layers)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8.0, min(24.0, 0.12 * n + 6)), 6.4), sharex=True,
+                                      gridspec_kw={"height_ratios": [1, 1.4]})
+    codes = sorted({str(r.get("code")) for r in layers})
+    cmap = plt.get_cmap("tab10")
+    colour = {c: cmap(i % 10) for i, c in enumerate(codes)}
+    for code in codes:
+        rows = [r for r in layers if str(r.get("code")) == code and r.get("instructions")]
+        if rows:
+            top.bar([r["call"] for r in rows], [r["instructions"] for r in rows], width=0.8, color=colour[code],
+                    label=code)
+    total = sum(r.get("instructions") or 0 for r in layers)
+    top.set_ylabel("instructions")
+    top.set_title(title or f"kernel calls: {total:,} instructions")
+    top.grid(alpha=0.3, axis="y")
+    if codes:
+        top.legend(fontsize=7, ncol=min(4, len(codes)), loc="upper right")
+    for i, (_, off, size, first, last) in enumerate(timeline):
+        bottom.add_patch(Rectangle((first - 0.4, off / 1024), last - first + 0.8, size / 1024,
+                                   facecolor=cmap(i % 10), edgecolor="black", linewidth=0.3, alpha=0.55))
+    live = [r.get("live_bytes") for r in layers]
+    if all(v is not None for v in live) and live:
+        bottom.step(range(n), [v / 1024 for v in live], where="mid", color="black", linewidth=1.2,
+                    label=f"live bytes (peak {max(live) / 1024:.1f} KiB)")
+        bottom.legend(fontsize=8, loc="upper right")
+    height = max([arena_bytes or 0] + [off + size for _, off, size, _, _ in timeline] + [1])
+    if arena_bytes:
+        bottom.axhline(arena_bytes / 1024, color="red", linestyle="--", linewidth=1)
+    bottom.set_ylim(0, height / 1024 * 1.05)
+    bottom.set_xlim(-0.6, max(n, 1) - 0.4)
+    bottom.set_xlabel("kernel call (schedule order)")
+    bottom.set_ylabel("arena offset / live (KiB)")
+    bottom.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
 

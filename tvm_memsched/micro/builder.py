@@ -34,15 +34,13 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.errors import BudgetError, MemschedError, UnsupportedError
-from ..core.files import atomic_write, copy_file, output_dir
+from ..core.files import atomic_write
 from .boards import Board, get_board
+from .project import write_project
+from .timeline import arena_timeline
 
 __all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report", "RAM_BUDGET", "RAM_BUDGET_FLOOR"]
 
-_RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
-_HEADERS = [("tvm", "tvm/runtime/base.h"), ("tvm", "tvm/runtime/c_backend_api.h"),
-            ("tvm_ffi", "tvm/ffi/c_api.h"), ("tvm_ffi", "tvm/ffi/extra/c_env_api.h"),
-            ("tvm_ffi", "dlpack/dlpack.h")]
 
 
 class DoesNotFitError(BudgetError):
@@ -117,6 +115,7 @@ class MicroExport:
     branches: int = 0                         # run-time If run as both branches and a select (IfToSelect)
     call_macs: list = field(default_factory=list)         # per kernel call, where known (library kernels)
     states: list = field(default_factory=list, repr=False)
+    timeline: list = field(default_factory=list, repr=False)   # (buffer, offset, size, first call, last call)
     mod: object = field(default=None, repr=False)
     program: object = field(default=None, repr=False)
 
@@ -604,7 +603,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     prog = programs[planner]
     ours_side = planner == "tvm_memsched"
     prog.comment = _comment(board, planner, method, prog, lower_bound if ours_side else 0)
-    files = _write(out_dir, name, prog, kmod if ours_side else kernels_tvm, library=bool(library) and ours_side)
+    files = write_project(out_dir, name, prog, kmod if ours_side else kernels_tvm, library=bool(library) and ours_side)
     io_bytes = 0 if prog.io_in_arena else sum(tensor_nbytes(s, d) for _, s, d in prog.inputs) + \
         sum(tensor_nbytes(s, d) for s, d in prog.outputs)
     exp = MicroExport(
@@ -625,7 +624,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         kernel_mode=("fast" if library else "tvm") if ours_side else "tvm",
         kernel_choice=choice if ours_side else {},
         library_kernels={n: k.op for n, k in library.items()} if ours_side else {},
-        macs=module_macs(mod), call_macs=_call_macs(prog, library if ours_side else {}))
+        macs=module_macs(mod), call_macs=_call_macs(prog, library if ours_side else {}),
+        timeline=arena_timeline(rep.layout, rep.call_steps) if rep is not None and ours_side else [])
     if measure:
         from .firmware import measure as _measure
 
@@ -668,7 +668,7 @@ def _choose_kernels(built: dict, board, name: str, states, io: bool, alignment: 
             from .firmware import measure as _measure
 
             with tempfile.TemporaryDirectory(prefix="tvm-memsched-kernels-") as tmp:
-                files = _write(tmp, name, prog, kmod, library=mode == "fast")
+                files = write_project(tmp, name, prog, kmod, library=mode == "fast")
                 probe = MicroExport(name=name, board=board, out_dir=tmp, planner="tvm_memsched", method="",
                                     files=files, arena_bytes=prog.arena_bytes, storage_bytes=prog.storage_bytes,
                                     workspace_bytes=prog.max_workspace, io_bytes=io_bytes, params_bytes=0,
@@ -758,39 +758,3 @@ def _comment(board, planner, method, prog, lower_bound) -> str:
                  f"Arena {prog.arena_bytes} bytes: TVM's storages {prog.storage_bytes} bytes back to back, then one "
                  f"workspace region of {prog.workspace_bytes} bytes."]
     return "\n".join(lines + [f"{len(prog.calls)} kernel calls in the scheduled order."])
-
-
-def _write(out_dir: str, name: str, prog, kernels, library: bool = False) -> dict:
-    """Write the C project (with the microkernel library's files if ``library``); returns ``{kind: path}``."""
-    from .toolchain import tvm_include_dirs
-
-    output_dir(out_dir)
-    files = {}
-
-    def put(kind, fname, text):
-        path = os.path.join(out_dir, fname)
-        atomic_write(path, text)
-        files[kind] = os.path.abspath(path)
-
-    put("header", f"{name}.h", prog.header())
-    put("source", f"{name}.c", prog.source())
-    put("params", f"{name}_params.c", prog.params_source())
-    put("kernels", f"{name}_kernels.c", kernels.source)
-    from .nn import LIBRARY_FILES
-
-    for fname in ("tvm_memsched_rt.c", "tvm_memsched_rt.h") + (LIBRARY_FILES if library else ()):
-        copy_file(os.path.join(_RUNTIME_DIR, fname), os.path.join(out_dir, fname))
-        files[fname.replace(".", "_")] = os.path.abspath(os.path.join(out_dir, fname))
-    if library:             # the library's variants the calls reach; the others are not compiled
-        from .nn import config_header
-
-        put("tms_nn_config_h", "tms_nn_config.h", config_header(prog, kernels.library))
-    inc_dirs = tvm_include_dirs()
-    for pkg, rel in _HEADERS:
-        src = next((os.path.join(d, rel) for d in inc_dirs if os.path.exists(os.path.join(d, rel))), None)
-        if src is None:
-            raise MemschedError(f"TVM header {rel} not found in the installed wheels ({', '.join(inc_dirs)})")
-        dst = os.path.join(output_dir(out_dir, "include", os.path.dirname(rel)), os.path.basename(rel))
-        copy_file(src, dst)
-    files["include"] = os.path.abspath(os.path.join(out_dir, "include"))
-    return files

@@ -38,7 +38,7 @@ from .firmware import arm_link_flags, compile_model, linker_script, runtime_file
 from .toolchain import CompileError, find_tool, host_cc, link
 from .toolchain import run as run_command
 
-__all__ = ["RunResult", "run_host", "run_qemu", "profile_table", "reference_outputs", "reference_sequence", "litert_reference",
+__all__ = ["RunResult", "run_host", "run_qemu", "profile_table", "profile_layers", "reference_outputs", "reference_sequence", "litert_reference",
            "tflm_sequence_reference", "tflm_differs_from_litert", "TFLM_OWN_KERNELS", "default_inputs",
            "default_sequence", "HARNESS_STACK_BYTES"]
 
@@ -477,3 +477,17 @@ def profile_table(exp: MicroExport, result: RunResult, top: int = 12) -> str:
     w = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join("  " + "  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
                      for r in table)
+
+
+def profile_layers(exp: MicroExport, result: RunResult) -> list[dict]:
+    """One row per kernel call of a profiled run, in the order they ran: the kernel, what computes it (the
+    library's operator or TVM's C), its instructions, multiply-accumulates where known, and the arena bytes
+    live during the call (:func:`.timeline.live_bytes`; the call's own inputs, outputs and workspace included)."""
+    from .timeline import live_bytes
+
+    calls = exp.program.calls
+    live = live_bytes(exp.timeline, len(calls)) if exp.timeline else [None] * len(calls)
+    lib = exp.library_kernels
+    return [{"call": k, "kernel": c.kernel, "code": lib.get(c.kernel, "TVM C"),
+             "instructions": result.profile.get(k), "macs": exp.call_macs[k] if k < len(exp.call_macs) else None,
+             "live_bytes": live[k]} for k, c in enumerate(calls)]

@@ -66,6 +66,7 @@ class FunctionPlan:
     inputs: list = field(default_factory=list)     # io=True: arena offset of each function input
     inplace: int = 0                               # kernel outputs placed over a dying input
     inplace_kernels: list = field(default_factory=list)  # kernels of those calls (buffers may alias)
+    call_steps: list = field(default_factory=list)  # the step (binding index) of each kernel call, by ordinal
 
     @property
     def total_bytes(self) -> int:
@@ -74,6 +75,7 @@ class FunctionPlan:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("layout")
+        d.pop("call_steps")
         d["total_bytes"] = self.total_bytes
         return d
 
@@ -352,7 +354,7 @@ def plan_function(func, name: str = "main", *, alignment: int = 64, exact: bool 
                       {s: p.lower_bound for s, p in plans.items()}, n_buffers, len(st.escaping),
                       ",".join(sorted({p.method for p in plans.values()})), all(p.optimal for p in plans.values()),
                       layout, ws, inputs, sum(p.stats.get("aliases_taken", 0) for p in plans.values()),
-                      _taken_kernels(st, placed_all))
+                      _taken_kernels(st, placed_all), [step for step, *_ in st.kernels])
     return new_func, fp
 
 
