@@ -218,3 +218,33 @@ def test_a_transition_is_computed_in_bands_with_its_batch_norm_once_per_pixel():
     assert executions(sch, sch.get_sblock(norm.name_hint)) <= size * size * c     # once per input element
     r = compare(mod, repeat=0)
     assert r.numerics_ok and r.max_abs_diff == 0
+
+
+def test_chained_kernels_compiled_apart_at_llvm_o2_others_at_the_targets_level():
+    """A kernel with two reductions (a chain computed in bands) is what LLVM -O3 spends seconds on without
+    noalias: compiled apart it gets -O2 unless the target sets its own level; a single reduction keeps O3."""
+    from tvm.script import tirx as T
+
+    from tvm_memsched.relax.passes.aliasing import APART_LLVM_OPT_LEVEL, apart_target, chained
+
+    @T.prim_func(s_tir=True)
+    def two(a: T.Buffer((4, 4), "float32"), c: T.Buffer((4,), "float32")):
+        b = T.sblock_alloc_buffer((4,), "float32")
+        for i, k in T.grid(4, 4):
+            with T.sblock("p"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                with T.init():
+                    b[vi] = T.float32(0)
+                b[vi] = b[vi] + a[vi, vk]
+        for i in range(1):
+            for k in range(4):
+                with T.sblock("c"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    with T.init():
+                        c[vi] = T.float32(0)
+                    c[vi] = c[vi] + b[vk]
+
+    assert chained(two)
+    assert apart_target("llvm", two).attrs["opt-level"] == APART_LLVM_OPT_LEVEL
+    assert apart_target({"kind": "llvm", "opt-level": 3}, two).attrs["opt-level"] == 3
+    assert "opt-level" not in apart_target({"kind": "c"}, two).attrs

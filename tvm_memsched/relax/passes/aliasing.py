@@ -10,13 +10,15 @@ other kernel keeps it.
 from __future__ import annotations
 
 import tvm
-from tvm import relax, tirx
+from tvm import relax, s_tir, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..analysis.inplace import NOALIAS
+from ..analysis.workspace import walk_stmts
 from ..ir import build_in_parts
 
-__all__ = ["allow_aliasing", "compile_apart", "noalias_per_kernel", "PER_KERNEL_NOALIAS"]
+__all__ = ["allow_aliasing", "compile_apart", "apart_target", "noalias_per_kernel", "PER_KERNEL_NOALIAS",
+           "APART_LLVM_OPT_LEVEL"]
 
 #: target kinds whose code generator honours :data:`NOALIAS` per kernel (C: ``restrict``). TVM 0.27's LLVM code
 #: generator does not: it applies the attribute of the module's last kernel to every kernel (each body moved into
@@ -73,6 +75,53 @@ def allow_aliasing(mod, kernels, target=None) -> "tvm.IRModule":
     return new
 
 
+#: LLVM's optimisation level for the chained kernels compiled apart (:func:`chained`), when the target sets none.
+#: Without ``noalias``, -O3 spends seconds on such a kernel (one of the zoo's swiftnet_like: 2.05 s at -O3, 0.19 s
+#: at -O2, the model's 12 other kernels compiled apart 0.05-0.2 s each at either level) for no faster run: an
+#: in-place call fails the overlap checks its loops are versioned on. The other kernels keep the target's level
+#: (at -O2 the model ran about 25% slower).
+APART_LLVM_OPT_LEVEL = 2
+
+
+def chained(func) -> bool:
+    """Whether the PrimFunc ``func`` holds more than one reduction (a convolution computed in bands inside its
+    consumer, :class:`~tvm_memsched.relax.passes.inline_producers.InlineProducers`).
+
+    >>> from tvm.script import tirx as T
+    >>> @T.prim_func(s_tir=True)
+    ... def s(a: T.Buffer((4, 4), "float32"), b: T.Buffer((4,), "float32")):
+    ...     for i, k in T.grid(4, 4):
+    ...         with T.sblock("sum"):
+    ...             vi, vk = T.axis.remap("SR", [i, k])
+    ...             with T.init():
+    ...                 b[vi] = T.float32(0)
+    ...             b[vi] = b[vi] + a[vi, vk]
+    >>> chained(s)
+    False
+    """
+    count = [0]
+
+    def visit(stmt):
+        if isinstance(stmt, s_tir.SBlock) and any(int(iv.iter_type) != 0 for iv in stmt.iter_vars):
+            count[0] += 1
+
+    walk_stmts(func.body, visit)
+    return count[0] > 1
+
+
+def apart_target(target, func=None) -> "tvm.target.Target":
+    """The target :func:`compile_apart` builds ``func`` with: ``target``, for a :func:`chained` kernel on LLVM at
+    :data:`APART_LLVM_OPT_LEVEL` unless the target sets its own ``opt-level``.
+
+    >>> apart_target("llvm").attrs.get("opt-level") is None
+    True
+    """
+    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    if target.kind.name != "llvm" or "opt-level" in target.attrs or func is None or not chained(func):
+        return target
+    return tvm.target.Target({**dict(target.export()), "opt-level": APART_LLVM_OPT_LEVEL})
+
+
 def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
     """``mod`` with the named kernels built now, by TVM's TIR pipeline and code generator for ``target`` (default:
     the current one, else LLVM) in a module of their own with :data:`NOALIAS` off, attached as an external
@@ -87,9 +136,12 @@ def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
     apart = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
     if not apart:
         return mod
+    groups: dict = {}
+    for gv, f in apart.items():
+        t = apart_target(target, f)
+        groups.setdefault(str(t), (t, {}))[1][gv.name_hint] = f.with_attr(NOALIAS, False)
     # built in parallel parts: this is a second LLVM build, besides TVM's own of the other kernels
-    libs = [lib for _names, lib in build_in_parts({gv.name_hint: f.with_attr(NOALIAS, False)
-                                                   for gv, f in apart.items()}, target)]
+    libs = [lib for t, kernels in groups.values() for _names, lib in build_in_parts(kernels, t)]
     new = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in apart}, attrs=mod.attrs,
                        global_infos=mod.global_infos)
 

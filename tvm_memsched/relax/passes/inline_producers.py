@@ -70,7 +70,7 @@ import tvm_ffi
 from tvm import relax, s_tir, tirx
 
 from ..analysis.workspace import compacted_workspace_bytes, internal_allocations, walk_stmts
-from ..ir import static_nbytes, var_occurrences
+from ..ir import per_body, static_nbytes, var_occurrences
 from .shrink_workspace import attach_loop, executions, instances, runs_each_instance_once, shrink_func
 
 __all__ = ["InlineProducers", "inline_producers"]
@@ -288,6 +288,9 @@ def _group_function(block, consumer: int, producers: list):
 
 #: per-kernel results within one :func:`inline_producers` run (kernels are immutable and hash by identity)
 _MEMO: dict = {}
+#: band schedules within one run, per kernel body (:func:`~tvm_memsched.relax.ir.per_body`): a network's
+#: repeated cells give the same chains, and a round after a refusal tries the others again
+_BANDS: dict = {}
 
 
 def _memo(kind: str, func, compute):
@@ -526,7 +529,7 @@ def _merge_once(mod, function: str, exclude: list, bands=None):
             g, ws = _banded(grouped[kernel])
             ok = ws is not None and ws - own <= saved * MAX_BAND    # not recomputed, and a small band
         else:
-            g = _band_schedule(grouped[kernel], bands[1])
+            g = per_body(_BANDS, grouped[kernel], bands[1], lambda f: _band_schedule(f, bands[1]))
             ws = _workspace(g) if g is not None else None
             ok = ws is not None and ws - own <= saved * MAX_CHAIN_BAND
         if not ok:
@@ -548,10 +551,12 @@ def inline_producers(mod, function: str = "main", rounds: int = 4, *, bands: boo
             or not isinstance(mod[function], relax.Function) or not isinstance(mod[function].body, relax.SeqExpr):
         return mod, []
     _MEMO.clear()
+    _BANDS.clear()
     try:
         return _inline_producers(mod, function, rounds, bands, band_share, max_recompute)
     finally:
         _MEMO.clear()
+        _BANDS.clear()
 
 
 def _inline_producers(mod, function, rounds, bands, band_share, max_recompute):
