@@ -91,6 +91,9 @@ def run_one(spec: str, json_path: str, tradeoff: str, repeat: int) -> int:
     d["import_seconds"] = round(t1 - t0, 3)
     d["compare_seconds"] = round(time.perf_counter() - t1, 3)
     d["profile_text"] = c.profile()
+    from tvm_memsched.app.yardsticks import spec_timings
+
+    d["runtimes"] = [t.to_dict() for t in spec_timings(spec, mod, repeat=repeat)]
     atomic_write(json_path, json.dumps(d, default=str))
     print(c.summary())
     print("compile time per pass (own time, nested passes excluded):")
@@ -223,6 +226,37 @@ def summary(rows: list) -> dict:
     return s
 
 
+def runtime_table(rows: list) -> list:
+    """The runtimes a user would deploy instead (ONNX Runtime for an .onnx, LiteRT for a .tflite or a zoo network
+    as the zoo converts it), next to the two TVM builds."""
+    have = [r for r in rows if "compare" in r and r["compare"].get("runtimes")]
+    if not have:
+        return []
+    out = ["", "## Side by side with the runtimes users deploy", "",
+           "The same file in ONNX Runtime (CPU provider) or LiteRT (default op resolver, XNNPACK), each in a process "
+           "of its own, with 1 thread and with all cores; memory = that process's peak resident growth while "
+           "creating the session and running (`tvm_memsched.app.yardsticks`). A zoo network runs in LiteRT as the "
+           "zoo's converter writes it (NHWC).", "",
+           "| model | runtime | TVM default (ms) | ours (ms) | runtime 1 thread (ms) | all cores (ms) | "
+           "ours / runtime (1 thread) | ours / runtime (all cores) | runtime memory growth (MB) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in have:
+        c = r["compare"]
+        by = {t["threads"]: t for t in c["runtimes"]}
+        one, allc = by.get(1, {}), by.get(0, {})
+        if one.get("error") or not one.get("seconds"):
+            out.append(f"| {r['model']} | {one.get('runtime', '?')} | | | does not run: "
+                       f"{(one.get('error') or '?')[:120].replace('|', '/')} | | | | |")
+            continue
+        ours = c.get("memsched_run_seconds")
+        ms = lambda x: f"{x * 1e3:.2f}" if x else "-"  # noqa: E731
+        ratio = lambda t: f"{ours / t['seconds']:.2f}x" if ours and t.get("seconds") else "-"  # noqa: E731
+        out.append(f"| {r['model']} | {one['runtime']} | {ms(c.get('default_run_seconds'))} | {ms(ours)} | "
+                   f"{ms(one['seconds'])} | {ms(allc.get('seconds'))} | {ratio(one)} | {ratio(allc)} | "
+                   f"{one['rss_growth_bytes'] / 1e6:.1f} |")
+    return out
+
+
 def markdown(data: dict) -> str:
     meta, rows = data["meta"], data["rows"]
     mb = lambda n: f"{n / 1e6:.2f}"  # noqa: E731
@@ -269,6 +303,7 @@ def markdown(data: dict) -> str:
     if s["failed"] or s["numerics_mismatch"]:
         out.append(f"Not measured: {', '.join(s['failed']) or 'none'}; numerics mismatch: "
                    f"{', '.join(s['numerics_mismatch']) or 'none'}.")
+    out += runtime_table(rows)
     timm_rows = [r for r in rows if r.get("timm")]
     if timm_rows:
         out += ["", "timm models: random weights (`pretrained=False`, seed 0), batch 1, exported with "

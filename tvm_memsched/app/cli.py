@@ -112,6 +112,7 @@ def cmd_info(args) -> int:
 def cmd_compare(args) -> int:
     """TVM's default pipeline vs ours on one model."""
     from .models import load_relax_spec
+    from .yardsticks import spec_timings
 
     mod, name = load_relax_spec(args.model, args.input_shape)   # bad specs and files fail here
     from ..relax.compare import compare
@@ -129,6 +130,10 @@ def cmd_compare(args) -> int:
                 rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
                 layout=args.layout, inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
     print(c.summary())
+    runtimes = [] if args.no_run or args.no_runtimes or untiled is not None else \
+        spec_timings(args.model, mod, args.input_shape)
+    for line in _runtime_lines(c, runtimes):
+        print(line)
     if args.profile:
         print("compile time per pass (own time, nested passes excluded):")
         print(c.profile())
@@ -145,7 +150,7 @@ def cmd_compare(args) -> int:
             print("tvm-memsched: error: the tiled model's outputs differ from the untiled model's", file=sys.stderr)
             return 1
     if args.json:
-        write_json(args.json, c.to_dict())
+        write_json(args.json, {**c.to_dict(), "runtimes": [t.to_dict() for t in runtimes]})
     if not c.numerics_ok:
         print("tvm-memsched: error: outputs differ from TVM's default build", file=sys.stderr)
         return 1
@@ -154,6 +159,22 @@ def cmd_compare(args) -> int:
               "(both builds share the import)", file=sys.stderr)
         return 1
     return 0
+
+
+def _runtime_lines(c, runtimes) -> list[str]:
+    """compare's run times next to the runtimes' (latency, process memory growth)."""
+    if not runtimes or not c.memsched_run_seconds:
+        return []
+    ours = c.memsched_run_seconds
+    out = [f"  side by side (TVM's builds on TVM's thread pool; the file in its runtime, in a process of its own): "
+           f"TVM default {c.default_run_seconds * 1e3:.2f} ms, ours {ours * 1e3:.2f} ms"]
+    for t in runtimes:
+        if t.error:
+            out.append(f"    {t.label}: does not run the file ({t.error})")
+        else:
+            out.append(f"    {t.label}: {t.seconds * 1e3:.2f} ms (ours {ours / t.seconds:.2f}x its time), process "
+                       f"memory growth {t.rss_growth_bytes / 1e6:.1f} MB")
+    return out
 
 
 def _reference(spec: str, mod, input_shapes=None):
@@ -406,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="llvm", help="TVM target kind (default llvm)")
     s.add_argument("--json", metavar="OUT.json", help="also write the comparison as JSON")
     s.add_argument("--no-run", action="store_true", help="skip the numerical check")
+    s.add_argument("--no-runtimes", action="store_true",
+                   help="do not time the file in ONNX Runtime / LiteRT (default: an .onnx or .tflite model is "
+                        "timed there too, 1 thread and all cores, each in a process of its own)")
     s.add_argument("--profile", action="store_true",
                    help="also print the seconds each compiler pass took, on both sides")
     s.add_argument("--no-inplace", action="store_true",
