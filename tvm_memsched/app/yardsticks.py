@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..core.numerics import random_array
+
 __all__ = ["RuntimeTiming", "runtime_timings", "spec_timings", "runtime_kind", "measure"]
 
 
@@ -132,17 +134,6 @@ def _session(kind: str, path: str, threads: int, frozen: dict):
     return run, specs
 
 
-def _random(shape, dtype: str, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind == "f":
-        return rng.standard_normal(shape).astype(dt)
-    if dt.kind == "b":
-        return rng.integers(0, 2, shape).astype(dt)
-    info = np.iinfo(dt)
-    return rng.integers(max(info.min, -100), min(info.max, 100) + 1, shape).astype(dt)
-
-
 def measure(kind: str, path: str, feed: str, threads: int, repeat: int = 5, budget: float = 10.0) -> dict:
     """In this process: create ``kind``'s session for ``path``, run it on the arrays of the ``.npz`` ``feed``
     (:func:`runtime_timings` writes it) and return ``{seconds, runs, rss_growth_bytes}``."""
@@ -169,7 +160,7 @@ def measure(kind: str, path: str, feed: str, threads: int, repeat: int = 5, budg
     try:
         run, specs = _session(kind, path, threads, frozen)
         if arrays is None:
-            arrays = [_random(shape, dtype, k) for k, (shape, dtype) in enumerate(specs)]
+            arrays = [random_array(np.random.default_rng(k), shape, dtype) for k, (shape, dtype) in enumerate(specs)]
         t0 = time.perf_counter()
         run(arrays)
         warm = time.perf_counter() - t0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["difference"]
+__all__ = ["difference", "random_array"]
 
 
 def difference(x, y) -> np.ndarray:
@@ -27,3 +27,21 @@ def difference(x, y) -> np.ndarray:
     d[(np.isnan(x) & np.isnan(y)) | (x == y)] = 0.0
     d[np.isnan(d)] = np.inf
     return d
+
+
+def random_array(rng, shape, dtype) -> np.ndarray:
+    """Test values of ``dtype``: floats standard normal, booleans coin flips, integers uniform over
+    ``[-100, 100)`` clipped to the type's range (an index or a length stays small).
+
+    >>> a = random_array(np.random.default_rng(0), (3,), "uint8")
+    >>> a.dtype.name, bool((a < 100).all())
+    ('uint8', True)
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    info = np.iinfo(dt)
+    return rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dt)
+

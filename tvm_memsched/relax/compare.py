@@ -34,6 +34,7 @@ from tvm import relax
 
 from ..core.errors import MemschedError
 from ..core.limits import check_available_memory
+from ..core.numerics import random_array
 from ..core.simulate import peak_bytes
 from .passes.arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
@@ -216,14 +217,7 @@ def random_inputs(func, seed: int = 0) -> list[np.ndarray]:
         shape = static_shape(ty)
         if shape is None:
             raise MemschedError(f"parameter '{p.name}' has a dynamic shape; pass inputs explicitly")
-        dtype = str(ty.dtype)
-        if dtype.startswith("float"):
-            out.append(rng.standard_normal(shape).astype(dtype))
-        elif dtype == "bool":
-            out.append(rng.integers(0, 2, shape).astype(bool))
-        else:
-            info = np.iinfo(dtype)
-            out.append(rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype))
+        out.append(random_array(rng, shape, str(ty.dtype)))
     return out
 
 
