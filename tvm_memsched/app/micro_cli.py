@@ -15,6 +15,11 @@ default build too (``OUT/tvm_default``: TVM's import arithmetic, kernels, order
 and plan) and, with ``--run``, runs it for its instruction count. The printed
 side-by-side table and ``<name>_report.json`` hold all of it.
 
+``--harness mlperf-tiny[:BENCHMARK]`` also writes the device side of MLPerf Tiny's runner (EEMBC
+EnergyRunner) next to the export (``OUT/mlperf_tiny``, :mod:`tvm_memsched.micro.mlperf_tiny`); with
+``--run`` it drives that firmware in QEMU (or on the host with ``--host``) over its serial port with the
+runner's commands and checks its ``m-results`` against the run's outputs (and LiteRT's for a .tflite).
+
 :func:`add_parser` registers the sub-command on the main parser's sub-parsers
 and :func:`run` executes it (the model spec: :mod:`.models`). Errors caused by the input (unknown board, model
 too large, unsupported operator, missing toolchain) are
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import sys
 
+from ..micro.mlperf_tiny import BENCHMARKS as MLPERF_BENCHMARKS
 from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available, tflm_refuses
 from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, add_verbose_argument, \
     wants_tiling
@@ -108,6 +114,11 @@ def add_parser(subparsers):
     s.add_argument("--invocations", type=int, default=None, metavar="N",
                    help="with --run: invoke the model N times on successive inputs (default 1; 20 for stateful "
                         "models, whose state carries over; a stateful .tflite is checked against LiteRT)")
+    s.add_argument("--harness", choices=["mlperf-tiny"] + [f"mlperf-tiny:{b}" for b in MLPERF_BENCHMARKS],
+                   help="also write the device side of MLPerf Tiny's runner (EEMBC EnergyRunner: serial commands, "
+                        "th_* API) to OUT/mlperf_tiny; with --run, drive it in QEMU (--host: natively) with the "
+                        "runner's commands and check its results. mlperf-tiny sends every input as stored; "
+                        ":kws01/:vww01/:ic01/:ad01 use that benchmark's data and result conventions")
     s.add_argument("--no-measure", action="store_true",
                    help="do not cross-compile to measure flash and stack (no arm-none-eabi-gcc needed)")
     s.add_argument("--no-check-fit", action="store_true", help="do not fail when the model does not fit the board")
@@ -129,6 +140,9 @@ def run(args) -> int:
     if missing:
         raise MemschedError(f"micro: {', '.join(missing)} required (or --list-boards)")
     board = get_board(args.board)
+    if args.harness and args.run and not args.host and not board.runnable:
+        raise MemschedError(f"--harness with --run: board {board.name} has no QEMU machine to run the harness on "
+                            "(use --host, or drop --run to only write it)")
     if args.time_limit is not None and not args.time_limit > 0:
         raise MemschedError(f"--time-limit must be positive, got {args.time_limit}")
 
@@ -205,24 +219,27 @@ def run(args) -> int:
     try:
         if not args.no_check_fit:
             exp.check_fit()
+        harness = _write_harness(args, exp, tfl, report) if args.harness else None
         if args.run:
             code = _run(args, exp, dflt, original, mod, tfl if (tflm_readable or refused) else None, sides,
-                        report, tflm=tflm_readable)
+                        report, tflm=tflm_readable, harness=(harness, tfl))
     finally:
         print(side_by_side(board.name, sides.get("tflm"), sides.get("default"), sides["ours"]))
         report["side_by_side"] = sides
         write_json(exp.files["report"], {**exp.to_dict(), "tflm": sides.get("tflm"),
                                          "tvm_default": report.get("tvm_default"), "side_by_side": sides,
-                                         "run": report.get("run"), "tflite_check": report.get("tflite_check")})
+                                         "run": report.get("run"), "tflite_check": report.get("tflite_check"),
+                                         "mlperf_tiny": report.get("mlperf_tiny")})
         if args.json:
             write_json(args.json, report)
     return code
 
 
-def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) -> int:
+def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True, harness=None) -> int:
     """``--run``: ours on a sequence of inputs (checked against TVM on the same arithmetic; a stateful model
     against LiteRT's reference kernels over the sequence), against TFLite Micro (``tflm``: when it runs the
-    file) and LiteRT for a .tflite model, then TVM's default build."""
+    file) and LiteRT for a .tflite model, the MLPerf Tiny harness (``harness``: its files and the .tflite),
+    then TVM's default build."""
     from ..micro.run import (default_sequence, litert_reference, reference_sequence, run_host, run_qemu,
                              tflm_differs_from_litert)
 
@@ -295,6 +312,8 @@ def _run(args, exp, dflt, original, mod, tfl, sides, report, tflm: bool = True) 
             print(f"tvm-memsched: error: outputs differ from {'TFLite Micro' if judge else 'LiteRT'}'s",
                   file=sys.stderr)
             code = 1
+    if harness is not None and harness[0] is not None:
+        code = max(code, _run_harness(args, exp, harness[0], harness[1], sequence[0], r.outputs, report))
     if dflt is not None:
         if dflt.fits:
             rd = run(dflt, sequence[0])
@@ -321,3 +340,62 @@ def _profile_plot(exp, layers) -> None:
         return
     exp.files["profile_plot"] = path
     print(f"profile plot: {path}")
+
+
+def _harness_benchmark(choice: str):
+    return choice.partition(":")[2] or None
+
+
+def _write_harness(args, exp, tfl, report):
+    """``--harness``: the MLPerf Tiny device side in ``OUT/mlperf_tiny``."""
+    import os
+
+    from ..micro.mlperf_tiny import write_harness
+
+    files = write_harness(exp, os.path.join(args.out, "mlperf_tiny"), tflite=tfl,
+                          benchmark=_harness_benchmark(args.harness))
+    spec = files.spec
+    print(f"MLPerf Tiny harness ({spec.model_version}): {files.dir} (README.md: build, run, runner commands; "
+          f"'db load {spec.wire_bytes}')")
+    report["mlperf_tiny"] = {"dir": files.dir, "model_version": spec.model_version, "benchmark": spec.benchmark,
+                             "input_bytes": spec.wire_bytes}
+    return files
+
+
+def _run_harness(args, exp, files, tfl, inputs, outputs, report) -> int:
+    """``--harness`` with ``--run``: the runner's session with the harness firmware on the run's first input; its
+    m-results must be what the device prints for the run's outputs (LiteRT's reference kernels reported for a
+    .tflite: they differ from TFLite Micro's, and ours, in a few kernels)."""
+    from ..core.errors import MemschedError
+    from ..micro.mlperf_tiny import compare_results, run_harness_host, run_harness_qemu
+
+    spec = files.spec
+    run = run_harness_host if args.host else run_harness_qemu
+    tr = run(exp, inputs=inputs, tflite=tfl, benchmark=spec.benchmark, harness_dir=files.dir)
+    wire = spec.wire(inputs)
+    printed = (tr.results(as_text=True) or [[]])[-1]
+    chk = compare_results(spec, printed, outputs, wire)
+    lite = None
+    if tfl is not None:
+        from ..micro.run import litert_reference
+
+        try:
+            lite = compare_results(spec, printed, litert_reference(tfl, [inputs])[0], wire)
+        except MemschedError as e:
+            lite = str(e)
+    us = tr.infer_microseconds
+    timing = "" if us is None else f"; infer 1 0: {us:,} us between the timestamps" + (
+        f" (~{us * 1000:,} instructions under -icount shift=0)" if not args.host else "")
+    vs_lite = "" if lite is None else ("; LiteRT reference kernels: does not run the file" if isinstance(lite, str)
+                                       else "; LiteRT reference kernels: " + ("identical" if lite.ok else
+                                       f"{len(lite.mismatches)}+ item(s) differ, max {lite.max_abs_err:.3g}"))
+    print(f"MLPerf Tiny harness ({tr.mode}, {len(tr.commands)} runner commands): m-results {chk.items} value(s) "
+          f"{'as the run' if chk.ok else 'DIFFER from the run'}{vs_lite}{timing}")
+    report["mlperf_tiny"].update({"mode": tr.mode, "commands": len(tr.commands), "ok": chk.ok,
+                                  "max_abs_err": chk.max_abs_err, "errors": tr.errors(), "infer_us": us,
+                                  "litert_identical": None if lite is None or isinstance(lite, str) else lite.ok})
+    if not chk.ok or tr.errors():
+        print(f"tvm-memsched: error: the MLPerf Tiny harness's results differ from the run's "
+              f"({chk.mismatches[:3]}; errors {tr.errors()[:3]})", file=sys.stderr)
+        return 1
+    return 0

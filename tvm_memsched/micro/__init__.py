@@ -10,6 +10,9 @@ model_arena[MODEL_ARENA_BYTES]``), ``model_params.c`` (constants in flash),
 ``model_kernels.c`` (TVM's kernels), a tiny runtime shim in place of libtvm and
 TVM's C headers. :func:`run_host` and :func:`run_qemu` build and run it and
 compare the outputs with TVM's; :mod:`.boards` knows the boards.
+:func:`write_mlperf_tiny_harness` writes the device side of MLPerf Tiny's
+runner (EEMBC EnergyRunner) for an export and :func:`run_mlperf_tiny_qemu`
+drives it in QEMU over its serial port (:mod:`.mlperf_tiny`).
 
 Only :mod:`.boards` is imported eagerly (no TVM needed to list boards).
 
@@ -26,7 +29,7 @@ from .boards import BOARDS, Board, board_names, boards_table, get_board  # noqa:
 
 __all__ = ["export", "run_host", "run_qemu", "reference_outputs", "default_inputs", "MicroExport", "RunResult",
            "PlanSizes", "DoesNotFitError", "ToolchainError", "Board", "BOARDS", "get_board", "board_names",
-           "boards_table", "boards"]
+           "boards_table", "boards", "write_mlperf_tiny_harness", "run_mlperf_tiny_qemu"]
 
 _LAZY = {
     "export": ("tvm_memsched.micro.builder", "export"),
@@ -39,6 +42,8 @@ _LAZY = {
     "default_inputs": ("tvm_memsched.micro.run", "default_inputs"),
     "RunResult": ("tvm_memsched.micro.run", "RunResult"),
     "ToolchainError": ("tvm_memsched.micro.toolchain", "ToolchainError"),
+    "write_mlperf_tiny_harness": ("tvm_memsched.micro.mlperf_tiny", "write_harness"),
+    "run_mlperf_tiny_qemu": ("tvm_memsched.micro.mlperf_tiny", "run_harness_qemu"),
 }
 
 

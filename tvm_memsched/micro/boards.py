@@ -54,7 +54,9 @@ class Machine:
     ``instructions_per_tick[0] / instructions_per_tick[1]`` instructions under ``-icount shift=0``
     (1 ns per instruction; the MPS2 images clock SysTick at 25 MHz, the AN505 at 20, the AN547 at 32).
     ``vector_origin`` is where the core takes its vector table from when that is not the start of the
-    code region."""
+    code region. ``uart_base`` is UART0's address (a CMSDK APB UART, wired to QEMU's first serial port), as
+    the firmware addresses it: the Secure alias on the Secure-booted AN505 and AN547 (QEMU 7.2 answers at
+    both aliases there; probed with a firmware echoing through each)."""
 
     name: str
     code_origin: int
@@ -63,9 +65,11 @@ class Machine:
     ram_bytes: int
     vector_origin: int | None = None
     instructions_per_tick: tuple[int, int] = (40, 1)
+    uart_base: int | None = None
 
 
-_MPS2 = dict(code_origin=0x00000000, code_bytes=4 * MiB, ram_origin=0x20000000, ram_bytes=4 * MiB)
+_MPS2 = dict(code_origin=0x00000000, code_bytes=4 * MiB, ram_origin=0x20000000, ram_bytes=4 * MiB,
+             uart_base=0x40004000)
 
 #: the QEMU machines builds run on, by name
 MACHINES: dict[str, Machine] = {m.name: m for m in [
@@ -74,10 +78,10 @@ MACHINES: dict[str, Machine] = {m.name: m for m in [
     Machine("mps2-an500", **_MPS2),
     # Secure state: SSRAM1's Secure alias (QEMU's initial Secure VTOR), SSRAM2&3's Secure alias
     Machine("mps2-an505", code_origin=0x10000000, code_bytes=4 * MiB, ram_origin=0x38000000, ram_bytes=4 * MiB,
-            instructions_per_tick=(50, 1)),
+            instructions_per_tick=(50, 1), uart_base=0x50200000),
     # vectors in the ITCM at 0 (VTOR resets to 0), code in the QSPI flash (read-only), data in ISRAM0+1
     Machine("mps3-an547", code_origin=0x38000000, code_bytes=8 * MiB, ram_origin=0x31000000, ram_bytes=4 * MiB,
-            vector_origin=0x00000000, instructions_per_tick=(125, 4)),
+            vector_origin=0x00000000, instructions_per_tick=(125, 4), uart_base=0x59303000),
 ]}
 
 

@@ -51,7 +51,7 @@ from tvm import relax
 from ..core.errors import UnsupportedError
 from ..relax.ir import shape_values
 from .kernels import SUPPORTED_DTYPES, KernelModule, library_args
-from .literals import c_literals
+from .literals import c_literals, c_string_literal
 
 __all__ = ["Tensor", "KernelCall", "CState", "CProgram", "translate", "check_dtype", "check_shape", "tensor_nbytes"]
 
@@ -382,7 +382,7 @@ class CProgram:
                 code = int(dt.type_code)
                 sname = shape_name(tuple(shape)) if shape else "NULL"
                 nbytes = tensor_nbytes(shape, dtype)
-                rows.append(f'    {{"{name}", {len(shape)}, {sname}, {code}, {dt.bits}, {nbytes}u}},')
+                rows.append(f'    {{{c_string_literal(name)}, {len(shape)}, {sname}, {code}, {dt.bits}, {nbytes}u}},')
             n = len(items)
             out.append(f"const {p}_tensor_info_t {p}_{kind}_info[{P}_NUM_{kind.upper()}S] = {{")
             out += rows if n else ['    {"", 0, NULL, 0, 0, 0u},']

@@ -1,4 +1,5 @@
-"""Exact C literals for the constants of an exported model (``<name>_params.c``).
+"""Exact C literals for the constants of an exported model (``<name>_params.c``), and names from a model file
+as C string literals (:func:`c_string_literal`).
 
 Floats are written as hex literals (every bit kept), infinities and NaNs through
 ``math.h``, 64-bit integers through ``INT64_C``/``UINT64_C``, and ``INT32_MIN``
@@ -11,6 +12,8 @@ Example
 ['0x1.0000000000000p-1f', '-INFINITY']
 >>> c_literals(np.array([-2 ** 31, 7], np.int32), "int32")
 ['INT32_MIN', '7']
+>>> print(c_string_literal('in"put??/1'))
+"in\\"put\\?\\?/1"
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import math
 
 import numpy as np
 
-__all__ = ["c_literals"]
+__all__ = ["c_literals", "c_string_literal"]
 
 
 def c_literals(flat: np.ndarray, dtype: str) -> list[str]:
@@ -46,3 +49,13 @@ def c_literals(flat: np.ndarray, dtype: str) -> list[str]:
     if dtype == "uint32":
         return [f"{v}u" for v in flat.tolist()]
     return [str(v) for v in flat.tolist()]
+
+
+def c_string_literal(text: str) -> str:
+    """``text`` (UTF-8) as a C string literal: printable ASCII as is except ``"``, ``\\`` and ``?`` (no
+    trigraphs), everything else as three-digit octal escapes (which never swallow a following digit)."""
+    out = []
+    for b in str(text).encode("utf-8", "replace"):
+        c = chr(b)
+        out.append("\\" + c if c in '"\\?' else c if 32 <= b < 127 else f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
