@@ -52,6 +52,14 @@ void ee_serial_callback(char c) {
 }
 
 /* The next space-separated token of *rest (NUL-terminated in place), or NULL. */
+/* ``command`` (at most EE_CMD_SIZE characters of it) into ``copy``, terminated: tokens are cut in the copy */
+static void copy_command(char copy[EE_CMD_SIZE + 1u], const char* command) {
+  size_t length = strlen(command);
+  if (length > EE_CMD_SIZE) length = EE_CMD_SIZE;
+  memcpy(copy, command, length);
+  copy[length] = '\0';
+}
+
 static char* next_token(char** rest) {
   char* p = *rest;
   while (*p == ' ' || *p == '\t') ++p;
@@ -198,10 +206,7 @@ static void print_help(void) {
 
 arg_claimed_t ee_profile_parse(char* command) {
   char copy[EE_CMD_SIZE + 1u];
-  size_t length = strlen(command);
-  if (length > EE_CMD_SIZE) length = EE_CMD_SIZE;
-  memcpy(copy, command, length);
-  copy[length] = '\0';
+  copy_command(copy, command);
   char* rest = copy;
   char* word = next_token(&rest);
   if (word == NULL) return EE_ARG_UNCLAIMED;
@@ -259,10 +264,7 @@ void ee_serial_command_parser_callback(char* command) {
     th_printf("e-[Command longer than %lu characters]\r\n", (unsigned long)EE_CMD_SIZE);
   } else {
     char copy[EE_CMD_SIZE + 1u];
-    size_t length = strlen(command);
-    if (length > EE_CMD_SIZE) length = EE_CMD_SIZE;
-    memcpy(copy, command, length);
-    copy[length] = '\0';
+    copy_command(copy, command);
     char* rest = copy;
     char* word = next_token(&rest);
     if (word == NULL) {
