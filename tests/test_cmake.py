@@ -13,7 +13,8 @@ import pytest
 
 from tvm_memsched import micro, zoo
 from tvm_memsched.core.errors import MemschedError
-from tvm_memsched.micro.cmake import clang_cflags, clang_triple, example_inputs, parse_example_output
+from tvm_memsched.micro.cmake import clang_cflags, clang_triple, parse_example_output
+from tvm_memsched.micro.inputs import default_inputs as example_inputs
 from tvm_memsched.relax.frontends.frontend import from_tflite_bytes
 
 STRICT = ["-Wall", "-Wextra", "-Wpedantic", "-Werror"]
@@ -229,3 +230,18 @@ def test_example_on_the_new_cores_with_both_compilers(board, tmp_path):
         _cmake_build(ex, tmp_path / tc, os.path.join(ex, f"toolchain-{tc}.cmake"), "-DTMS_STRICT=ON")
         got = parse_example_output(exp, _qemu(exp, tmp_path / tc / "kws_example.elf"))
         assert all(np.array_equal(g, w) for g, w in zip(got, res.outputs)), tc
+
+
+def test_example_of_a_tensorflow_converted_file(tmp_path):
+    """A .tflite written by TensorFlow's TFLiteConverter (int8 CONV_2D, tests/data/coverage): the example firmware
+    built through the library with Clang prints what ``micro --run`` computed."""
+    path = os.path.join(os.path.dirname(__file__), "data", "coverage", "conv_2d.int8.tflite")
+    with open(path, "rb") as f:
+        mod = from_tflite_bytes(f.read())
+    exp = micro.export(mod, "mps2-an386", str(tmp_path / "m"), name="conv")
+    res = micro.run_qemu(exp, example_inputs(exp))
+    assert res.ok, res.summary()
+    ex = exp.files["example"]
+    _cmake_build(ex, tmp_path / "b", os.path.join(ex, "toolchain-clang.cmake"), "-DTMS_STRICT=ON")
+    got = parse_example_output(exp, _qemu(exp, tmp_path / "b" / "conv_example.elf"))
+    assert len(got) == len(res.outputs) and all(np.array_equal(g, w) for g, w in zip(got, res.outputs))

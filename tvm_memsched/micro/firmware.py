@@ -25,7 +25,7 @@ from .boards import MACHINES, Board
 from .toolchain import call_graph, compile_objects, find_tool, host_cc, link, section_sizes, stack_usage
 
 __all__ = ["COMMON_CFLAGS", "LEAF_STACK_ALLOWANCE", "Objects", "Measurement", "compile_model", "measure",
-           "stack_estimate", "naked_frames", "linker_script", "arm_link_flags", "runtime_file"]
+           "stack_estimate", "naked_frames", "linker_script", "board_linker_script", "arm_link_flags", "runtime_file"]
 
 COMMON_CFLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-ffunction-sections", "-fdata-sections"]
 #: stack bytes allowed for library routines the kernels call (expf, sqrtf, ...; newlib's need well under this)
@@ -162,6 +162,13 @@ def linker_script(path: str, flash_bytes: int, ram_bytes: int, stack_bytes: int,
             .replace("@STACK_BYTES@", str(stack_bytes)))
     atomic_write(path, text)
     return path
+
+
+def board_linker_script(path: str, board: Board, stack_bytes: int) -> str:
+    """:func:`linker_script` for ``board`` with its flash and SRAM (cut to what its QEMU machine maps)."""
+    m = board.machine
+    return linker_script(path, min(board.flash_bytes, m.code_bytes), min(board.sram_bytes, m.ram_bytes),
+                         stack_bytes, board)
 
 
 def arm_link_flags(board: Board, script: str, map_file: str | None = None) -> list[str]:

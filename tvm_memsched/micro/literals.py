@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-__all__ = ["c_literals", "c_string_literal"]
+__all__ = ["c_literals", "c_string_literal", "c_byte_rows"]
 
 
 def c_literals(flat: np.ndarray, dtype: str) -> list[str]:
@@ -59,3 +59,14 @@ def c_string_literal(text: str) -> str:
         c = chr(b)
         out.append("\\" + c if c in '"\\?' else c if 32 <= b < 127 else f"\\{b:03o}")
     return '"' + "".join(out) + '"'
+
+
+def c_byte_rows(data: bytes, indent: str = "    ") -> str:
+    """``data`` as the rows of a C ``uint8_t`` array initializer, 16 bytes a row (one zero byte when empty).
+
+    >>> print(c_byte_rows(bytes([1, 255])))
+        0x01, 0xff,
+    """
+    rows = [indent + ", ".join(f"0x{b:02x}" for b in data[i:i + 16]) + "," for i in range(0, len(data), 16)]
+    return "\n".join(rows) or indent + "0x00,"
+

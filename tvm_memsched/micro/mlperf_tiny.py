@@ -59,7 +59,8 @@ import numpy as np
 from ..core.errors import MemschedError, UnsupportedError
 from ..core.files import atomic_write, copy_file, output_dir
 from .boards import get_board
-from .firmware import arm_link_flags, compile_model, linker_script, runtime_file, stack_estimate
+from .firmware import arm_link_flags, board_linker_script, compile_model, runtime_file, stack_estimate
+from .inputs import default_inputs
 from .literals import c_literals, c_string_literal
 from .toolchain import find_tool, host_cc, link
 
@@ -452,9 +453,7 @@ def write_harness(exp, out_dir: str, *, tflite: bytes | None = None, benchmark: 
         copy_file(runtime_file("startup.c"), os.path.join(qdir, "startup.c"))
         stack = -(-((exp.stack_bytes or 1024) + _HARNESS_STACK) // 8) * 8
         qemu = {"startup": os.path.join(qdir, "startup.c"),
-                "ld": linker_script(os.path.join(qdir, f"{board.qemu_machine}.ld"),
-                                    min(board.flash_bytes, board.machine.code_bytes),
-                                    min(board.sram_bytes, board.machine.ram_bytes), stack, board)}
+                "ld": board_linker_script(os.path.join(qdir, f"{board.qemu_machine}.ld"), board, stack)}
     readme = os.path.join(out_dir, "README.md")
     atomic_write(readme, _readme(exp, spec, qemu))
     return HarnessFiles(out_dir, [os.path.join(out_dir, f) for f in _COMMON], readme, spec, qemu)
@@ -710,8 +709,7 @@ def run_harness_qemu(exp, commands=None, *, inputs=None, tflite: bytes | None = 
                                                                           runtime_file("startup.c")],
                          extra_flags=["-I", files.dir, *defines])
     stack = -(-(stack_estimate(exp, objs.usage, objs.graph) + _HARNESS_STACK) // 8) * 8
-    script = linker_script(os.path.join(build, "firmware.ld"), min(board.flash_bytes, machine.code_bytes),
-                           min(board.sram_bytes, machine.ram_bytes), stack, board)
+    script = board_linker_script(os.path.join(build, "firmware.ld"), board, stack)
     elf = os.path.join(build, "mlperf_tiny_dut.elf")
     link(find_tool("arm-none-eabi-gcc"), objs.objects, elf, arm_link_flags(board, script))
     cmd = [find_tool("qemu-system-arm"), "-M", board.emulator, "-display", "none", "-monitor", "none", "-serial",
@@ -738,8 +736,6 @@ def _commands(exp, spec: HarnessSpec, commands, inputs) -> list[str]:
     if commands is not None:
         return list(commands)
     if inputs is None:
-        from .run import default_inputs
-
         inputs = default_inputs(exp)
     return runner_commands(spec.wire(inputs))
 

@@ -34,7 +34,9 @@ from ..core.files import atomic_write, output_dir
 from ..core.numerics import difference
 from .boards import board_names, get_board
 from .builder import DoesNotFitError, MicroExport
-from .firmware import arm_link_flags, compile_model, linker_script, runtime_file, stack_estimate
+from .firmware import arm_link_flags, board_linker_script, compile_model, runtime_file, stack_estimate
+from .inputs import default_inputs, default_sequence
+from .literals import c_byte_rows
 from .toolchain import CompileError, find_tool, host_cc, link
 from .toolchain import run as run_command
 
@@ -102,20 +104,6 @@ class RunResult:
         return "; ".join(parts)
 
 
-def default_inputs(exp: MicroExport, seed: int = 0) -> list[np.ndarray]:
-    """The fixed test input: seeded random arrays matching ``main``'s parameters (not its states); with seed 0
-    the input of the exported example (:func:`.cmake.example_inputs`)."""
-    from ..relax.compare import random_inputs
-
-    state_params = {s.param for s in exp.states}
-    return [a for i, a in enumerate(random_inputs(exp.mod["main"], seed)) if i not in state_params]
-
-
-def default_sequence(exp: MicroExport, count: int, seed: int = 0) -> list[list[np.ndarray]]:
-    """``count`` invocations' :func:`default_inputs` (seeds ``seed``, ``seed + 1``, ...)."""
-    return [default_inputs(exp, seed + k) for k in range(count)]
-
-
 def litert_reference(buf: bytes, sequence) -> list[list[np.ndarray]]:
     """The outputs of every invocation of ``sequence`` (input lists in the model's input order) in LiteRT with
     TFLite's reference kernels, which the int8 lowering reproduces bit for bit; state carried."""
@@ -181,13 +169,6 @@ def _check_inputs(exp: MicroExport, inputs) -> list[np.ndarray]:
     return out
 
 
-def _hex_rows(data: bytes, indent: str = "    ") -> str:
-    rows = []
-    for i in range(0, len(data), 16):
-        rows.append(indent + ", ".join(f"0x{b:02x}" for b in data[i:i + 16]) + ",")
-    return "\n".join(rows) or indent + "0x00,"
-
-
 def _write_harness(exp: MicroExport, sequence, build_dir: str, api: str = "auto") -> str:
     """Write harness_data.h/.c for the invocations' inputs ``sequence`` into ``build_dir``; returns the .c path.
 
@@ -219,7 +200,7 @@ def _write_harness(exp: MicroExport, sequence, build_dir: str, api: str = "auto"
     for j, invocation in enumerate(sequence):
         for i, a in enumerate(invocation):
             c.append(f"static const uint8_t input_{j}_{i}[{max(1, a.nbytes)}] = {{")
-            c.append(_hex_rows(a.tobytes()))
+            c.append(c_byte_rows(a.tobytes()))
             c.append("};")
     n_in, n_out = len(inputs), len(exp.program.outputs)
     buffers_in = [] if io else [f"input_buffer_{i}" for i in range(n_in)]      # none: the arena holds them
@@ -419,8 +400,7 @@ def run_qemu(exp: MicroExport, inputs=None, *, sequence=None, seed: int = 0, ref
                          + (["-DTVM_MEMSCHED_PROFILE"] if profile else []))
     estimated = stack_estimate(exp, objs.usage, objs.graph)
     stack = -(-(estimated + HARNESS_STACK_BYTES) // 8) * 8
-    script = linker_script(os.path.join(build_dir, "firmware.ld"), min(board.flash_bytes, board.machine.code_bytes),
-                           min(board.sram_bytes, board.machine.ram_bytes), stack, board)
+    script = board_linker_script(os.path.join(build_dir, "firmware.ld"), board, stack)
     elf = os.path.join(build_dir, f"{exp.name}.elf")
     try:
         link(find_tool("arm-none-eabi-gcc"), objs.objects, elf,
