@@ -14,8 +14,8 @@ import sys
 import time
 
 from ..core.errors import MemschedError
-from .models import (add_input_shape_argument, add_layout_argument, add_tile_arguments, add_verbose_argument,
-                     load_graph_spec, wants_tiling)
+from ..relax.options import add_arguments as add_pipeline_arguments
+from .models import add_input_shape_argument, add_tile_arguments, add_verbose_argument, load_graph_spec, wants_tiling
 from .output import check_paths, fmt_bytes, table, write_json
 from .progress import progress_for
 
@@ -111,9 +111,11 @@ def cmd_info(args) -> int:
 
 def cmd_compare(args) -> int:
     """TVM's default pipeline vs ours on one model."""
+    from ..relax.options import PipelineOptions
     from .models import load_relax_spec
     from .yardsticks import spec_timings
 
+    opts = PipelineOptions.from_cli(args, progress=progress_for(args))    # a bad option value fails here
     mod, name = load_relax_spec(args.model, args.input_shape)   # bad specs and files fail here
     from ..relax.compare import compare
 
@@ -124,11 +126,8 @@ def cmd_compare(args) -> int:
         tiled, _, untiled_mod, _ = tiled_relax_spec(args.model, args, progress=progress_for(args))
         if tiled is not None:
             untiled, mod = untiled_mod, tiled
-    c = compare(mod, args.target, method=args.method, time_limit=args.time_limit, name=name,
-                progress=progress_for(args), run=not args.no_run, reference=_reference(args.model, mod, args.input_shape),
-                inputs=_initial_state_inputs(mod),
-                rewrite={"policy": args.rewrite} if args.rewrite else False, inplace=not args.no_inplace,
-                layout=args.layout, inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
+    c = compare(mod, args.target, opts, name=name, run=not args.no_run,
+                reference=_reference(args.model, mod, args.input_shape), inputs=_initial_state_inputs(mod))
     print(c.summary())
     runtimes = [] if args.no_run or args.no_runtimes or untiled is not None else \
         spec_timings(args.model, mod, args.input_shape)
@@ -139,9 +138,8 @@ def cmd_compare(args) -> int:
         print(c.profile())
     if untiled is not None:
         ok, line = _tiled_vs_untiled(untiled, mod, args.target, run=not args.no_run)
-        c0 = compare(untiled, args.target, method=args.method, time_limit=args.time_limit, name=name, run=False,
-                     repeat=0, inplace=not args.no_inplace, layout=args.layout,
-                     inline_producers=not args.no_inline_producers, tradeoff=args.tradeoff)
+        c0 = compare(untiled, args.target, opts.replace(rewrite=False, progress=None), name=name, run=False,
+                     repeat=0)
         print(f"  patch tiling: our plan {c0.memsched_planned_bytes / 1e6:.3f} MB untiled -> "
               f"{c.memsched_planned_bytes / 1e6:.3f} MB tiled ({c0.memsched_planned_bytes / c.memsched_planned_bytes:.2f}x); "
               f"TVM default untiled {c0.default_planned_bytes / 1e6:.3f} MB "
@@ -422,8 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("compare", help="TVM's default pipeline vs tvm_memsched on a model")
     s.add_argument("model", metavar="MODEL", help="a .tflite, .onnx or .pt2 file, or zoo:NAME")
     add_input_shape_argument(s)
-    s.add_argument("--method", default="auto", choices=available_methods())
-    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS")
+    add_pipeline_arguments(s, "compare")      # --method, --time-limit, --tradeoff, ...: PipelineOptions' fields
     s.add_argument("--target", default="llvm", help="TVM target kind (default llvm)")
     s.add_argument("--json", metavar="OUT.json", help="also write the comparison as JSON")
     s.add_argument("--no-run", action="store_true", help="skip the numerical check")
@@ -432,20 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "timed there too, 1 thread and all cores, each in a process of its own)")
     s.add_argument("--profile", action="store_true",
                    help="also print the seconds each compiler pass took, on both sides")
-    s.add_argument("--no-inplace", action="store_true",
-                   help="never let a kernel output take over a dying input (default: where the kernel's TIR "
-                        "proves it safe)")
-    add_layout_argument(s)
-    s.add_argument("--tradeoff", default="memory", choices=["memory", "balanced", "speed"],
-                   help="kernel speed against kernel workspace: memory (default: least workspace; a convolution's "
-                        "padding read through a bounds test per multiply-accumulate), speed (padding computed in "
-                        "bands of rows, a little workspace), balanced (bands wherever live tensors plus workspace "
-                        "stay within 10%% of the live-tensor peak); the fast (banded) kernels run out of place, "
-                        "which keeps them noalias on the VM")
     add_verbose_argument(s)
     add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; .tflite and zoo models")
-    s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
-                   help="apply identity graph rewriting on our side first (policy, default if-better)")
     s.add_argument("--quiet", "-q", action="store_true")
     s.set_defaults(fn=cmd_compare)
 

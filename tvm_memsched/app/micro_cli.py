@@ -33,8 +33,9 @@ import sys
 
 from ..micro.mlperf_tiny import BENCHMARKS as MLPERF_BENCHMARKS
 from ..micro.sidebyside import check_against_tflite, side_by_side, tflite_available, tflm_refuses
-from .models import add_input_shape_argument, add_layout_argument, add_tile_arguments, add_verbose_argument, \
-    wants_tiling
+from ..relax.options import PipelineOptions
+from ..relax.options import add_arguments as add_pipeline_arguments
+from .models import add_input_shape_argument, add_tile_arguments, add_verbose_argument, wants_tiling
 from .output import write_json
 from .progress import progress_for
 
@@ -46,8 +47,6 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(subparsers):
     """Add the ``micro`` sub-command to ``subparsers`` (an argparse sub-parsers object)."""
-    from ..schedulers import available_methods
-
     s = subparsers.add_parser(
         "micro", help="export a model as C for a microcontroller (one static arena) and run it in QEMU",
         description="Compile MODEL with tvm_memsched's pipeline and TVM's C code generator into a C project "
@@ -58,8 +57,7 @@ def add_parser(subparsers):
     s.add_argument("--board", "-b", help="target board (see --list-boards)")
     s.add_argument("--out", "-o", metavar="DIR", help="output directory for the C project")
     s.add_argument("--list-boards", action="store_true", help="list the known boards and exit")
-    s.add_argument("--method", default="auto", choices=available_methods(), help="scheduler (default auto)")
-    s.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="scheduler time limit")
+    add_pipeline_arguments(s, "micro")        # --method, --time-limit, --no-int8, ...: PipelineOptions' fields
     s.add_argument("--name", default="model", help="C prefix: NAME_run, NAME.c, NAME.h (default model)")
     s.add_argument("--planner", default="tvm_memsched", choices=["tvm_memsched", "tvm"],
                    help="export our plan (default) or TVM's order and StaticPlanBlockMemory plan")
@@ -70,28 +68,11 @@ def add_parser(subparsers):
                    help="measure TFLite Micro's smallest arena for the same .tflite file (default: on for .tflite "
                         "models when tflite-micro is installed)")
     s.add_argument("--no-compare-tflm", dest="compare_tflm", action="store_false")
-    s.add_argument("--no-int8", action="store_true",
-                   help="keep quantized models in TVM's float emulation (default: TFLite's exact integer kernels)")
-    s.add_argument("--no-shrink-workspace", action="store_true",
-                   help="keep TVM's kernels as fusion writes them (default: schedule them without full-size "
-                        "temporaries: padding inlined, epilogues per output element)")
-    s.add_argument("--no-shrink-constants", action="store_true",
-                   help="keep constants as imported (default: broadcast constants such as PReLU slopes are stored "
-                        "at their small shape)")
     add_tile_arguments(s, "the model's .tflite is tiled in builtin ops, then imported; --run checks the outputs "
                           "against the untiled model")
-    s.add_argument("--no-inplace", action="store_true",
-                   help="never place a kernel output over an input that dies at the call (default: wherever the "
-                        "kernel's TIR proves it safe, element by element)")
-    add_layout_argument(s)
     add_verbose_argument(s)
     s.add_argument("--inline-padding", action="store_true",
                    help="with --no-shrink-workspace: only inline convolution padding and element-wise stages")
-    s.add_argument("--rewrite", nargs="?", const="if-better", choices=["if-better", "always"],
-                   help="identity graph rewriting first (policy, default if-better); --run then checks "
-                        "the outputs against TVM on the original model")
-    s.add_argument("--greedy-arena", action="store_true",
-                   help="keep the greedy tensor placement (default: CP-SAT when greedy misses the live-peak bound)")
     s.add_argument("--kernels", choices=["auto", "fast", "tvm"], default="auto",
                    help="fast: integer convolutions, fully connected layers, pools, ADD and table operators by "
                         "tvm_memsched's microkernel library (SMLAD on DSP cores), bit-identical, faster, a little "
@@ -143,8 +124,7 @@ def run(args) -> int:
     if args.harness and args.run and not args.host and not board.runnable:
         raise MemschedError(f"--harness with --run: board {board.name} has no QEMU machine to run the harness on "
                             "(use --host, or drop --run to only write it)")
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise MemschedError(f"--time-limit must be positive, got {args.time_limit}")
+    opts = PipelineOptions.from_cli(args, progress=progress_for(args))     # checked: a bad value fails here
 
     from ..micro.builder import export
     from ..tflite.builder import offset_buffer_count
@@ -180,22 +160,18 @@ def run(args) -> int:
                 refused = tflm_refuses(tfl)
                 tflm_readable = tflite_available() and not offset_buffer_count(tfl) and not refused
                 compare_tflm = tflm_readable if args.compare_tflm is None else compare_tflm
-    if args.rewrite:
+    if opts.rewrite:                    # --run checks the outputs against TVM on the original model
         from ..relax.rewrite import identity_rewrite
 
-        mod, rw = identity_rewrite(mod, policy=args.rewrite)
+        mod, rw = identity_rewrite(mod, policy=opts.rewrite)
+        opts = opts.replace(rewrite=False)
         rules = sorted({site.rule for site in rw.sites})
         print(f"identity rewrites: {len(rw.sites)}" + (f" ({', '.join(rules)})" if rules else "")
               + f"; scheduled peak {rw.peak_before:,} -> {rw.peak_after:,} B")
-    progress = progress_for(args)
-    exp = export(mod, board, args.out, args.method, name=args.name, planner=args.planner,
-                 time_limit=args.time_limit, shrink_workspace=not args.no_shrink_workspace,
-                 shrink_constants=not args.no_shrink_constants,
-                 inline_padding=args.inline_padding, exact_arena=not args.greedy_arena,
+    progress = opts.progress
+    exp = export(mod, board, args.out, opts, name=args.name, planner=args.planner, inline_padding=args.inline_padding,
                  compare_default=args.compare_default, measure=not args.no_measure, check_fit=False,
-                 progress=progress, int8=not args.no_int8, inplace=not args.no_inplace, layout=args.layout,
-                 inline_producers=not args.no_inline_producers, kernels=args.kernels, float_fma=not args.no_fma,
-                 keep_float16=not args.widen_float16)
+                 kernels=args.kernels, float_fma=not args.no_fma, keep_float16=not args.widen_float16)
     print(exp.summary().replace(f"model {exp.name} ", f"model {model_name} ({exp.name}_run) ", 1))
     report = {"model": model_name, "export": exp.to_dict()}
     sides = {"ours": {"ram": exp.ram_bytes, "flash": exp.flash_bytes, "instructions": None}}

@@ -43,7 +43,7 @@ from ..core.input_values import InputValueArg, parse_input_value
 __all__ = ["ZOO_PREFIX", "MODEL_FILES", "parse_zoo_spec", "is_tflite_spec", "parse_input_shapes", "InputShapes",
            "as_input_shapes",
            "add_input_shape_argument",
-           "add_layout_argument", "add_verbose_argument", "is_model_file", "load_graph_spec", "load_relax_spec",
+           "add_verbose_argument", "is_model_file", "load_graph_spec", "load_relax_spec",
            "load_tflite_spec", "tflite_bytes"]
 
 #: the prefix of zoo model specs
@@ -277,17 +277,6 @@ def tflite_bytes(spec: str, input_shapes=None) -> bytes | None:
         return buf
 
 
-def add_layout_argument(parser) -> None:
-    """``--layout``: the data layout our side runs 2-D convolutions in."""
-    parser.add_argument("--layout", default="auto", choices=["auto", "keep", "NHWC", "NCHW"],
-                        help="data layout of our convolutions: auto (default) runs them channels-last (NHWC) with "
-                             "in-place execution, where their outputs can trail their inputs through memory; keep "
-                             "leaves the model's own")
-    parser.add_argument("--no-inline-producers", action="store_true",
-                        help="keep every element-wise producer a kernel and a tensor of its own (default: a cheap "
-                             "one used once, such as a pre-activation relu, is computed inside its consumer)")
-
-
 def add_verbose_argument(parser) -> None:
     """``--verbose``: show TVM's own (C++) log lines, which otherwise go to a log file."""
     parser.add_argument("--verbose", "-v", action="store_true",
@@ -369,7 +358,7 @@ def tiled_relax_spec(spec: str, args, progress=None):
         res = search_tiling_for(untiled, args, progress=progress)
         return res.buf, res, untiled, None
     # scored with the overlaps our Relax in-place execution finds (traced windows, like TFLM's "windowed")
-    inplace = "off" if getattr(args, "no_inplace", False) else "windowed"
+    inplace = "windowed" if getattr(args, "inplace", True) else "off"
     res = search_tiling_for(read_tflite(buf, label=spec), args, progress=progress, inplace=inplace)
     untiled = from_tflite_bytes(buf, spec)
     if res.chosen is None:

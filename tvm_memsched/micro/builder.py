@@ -39,7 +39,11 @@ from .boards import Board, get_board
 from .project import write_project
 from .timeline import arena_timeline
 
-__all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report", "RAM_BUDGET", "RAM_BUDGET_FLOOR"]
+__all__ = ["MicroExport", "PlanSizes", "DoesNotFitError", "export", "fit_report", "RAM_BUDGET", "RAM_BUDGET_FLOOR",
+           "MICRO_ALIGNMENT"]
+
+#: arena alignment (bytes) when the options leave it to the target (``alignment=None``)
+MICRO_ALIGNMENT = 16
 
 
 
@@ -286,19 +290,33 @@ def _called_kernels(func, prims: set) -> list[str]:
     return names
 
 
-def _split_pipeline(target, method, time_limit, alignment, progress, options):
+def _split_pipeline(target, options):
     """TVM's passes up to FuseTIR, from there to the reorder, the reorder, to the planner; TVM's planner."""
     from ..relax.pipeline import pipeline
     from ..relax.target import stages
 
-    p = pipeline(target, method=method, time_limit=time_limit, alignment=alignment, workspace="lowered",
-                 progress=progress, workspace_shared=True, int8=False, shrink_workspace=False,
-                 shrink_constants=False, **dict(options, layout="keep", inline_producers=False, affine_chains=False,
-                                                absorb_transposes=False))
+    # the export runs the operator- and kernel-level passes itself: the pipeline's reorder with the kernel
+    # workspace in the arena
+    p = pipeline(target, options.replace(workspace="lowered", workspace_shared=True, int8=False,
+                                         shrink_workspace=False, shrink_constants=False, layout="keep",
+                                         inline_producers=False, affine_chains=False, absorb_transposes=False))
     names = p.pass_names()
     f, i, k = names.index("FuseTIR"), names.index("MemoryAwareReorder"), names.index("ArenaPlanMemory")
     tvm_planner = [q for q in stages(target)["finalize"] if q.info.name == "StaticPlanBlockMemory"][0]
     return p.passes[:f + 1], p.passes[f + 1:i], p.reorder, p.passes[i + 1:k], tvm_planner
+
+
+def _refuse_options(o: PipelineOptions) -> None:
+    """The options :func:`export` does not apply: an error naming them, never silently ignored."""
+    refused = [f"{k}={v!r}" for k, v in (("reorder", o.reorder), ("plan", o.plan)) if not v]
+    refused += [f"{k}={getattr(o, k)!r}" for k in ("rewrite", "tile", "extra_passes") if getattr(o, k)]
+    if o.tradeoff != "memory":
+        refused.append(f"tradeoff={o.tradeoff!r}")
+    if o.workspace != "lowered":
+        refused.append(f"workspace={o.workspace!r}")
+    if refused:
+        raise UnsupportedError(f"micro export: {', '.join(refused)} not supported (the export keeps our order and "
+                               "plan and the least-workspace kernels; rewrite or tile the module before exporting)")
 
 
 def _place_weight_sums(library: dict, plan_ours, first):
@@ -332,12 +350,10 @@ def _place_weight_sums(library: dict, plan_ours, first):
     return flash_plan
 
 
-def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model", planner: str = "tvm_memsched",
-           time_limit: float | None = None, alignment: int = 16, shrink_workspace: bool = True,
-           shrink_constants: bool = True, inline_padding: bool = False, exact_arena: bool = True,
-           compare_default: bool = False, measure: bool = True, check_fit: bool = True, progress=None,
-           int8: bool = True, io_in_arena: bool = True, inplace: bool = True, kernels: str = "auto",
-           float_fma: bool = True, keep_float16: bool = True, **options) -> MicroExport:
+def export(mod, board, out_dir: str, options: PipelineOptions | None = None, *, name: str = "model",
+           planner: str = "tvm_memsched", inline_padding: bool = False, compare_default: bool = False,
+           measure: bool = True, check_fit: bool = True, io_in_arena: bool = True, kernels: str = "auto",
+           float_fma: bool = True, keep_float16: bool = True, **overrides) -> MicroExport:
     """Export the Relax module ``mod`` (its ``main``) as C for ``board`` into ``out_dir``.
 
     Parameters
@@ -346,14 +362,20 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         A Relax module whose ``main`` has static shapes.
     board : str or Board
         A name from :mod:`.boards` (``tvm-memsched micro --list-boards`` lists them).
-    method : str
-        Scheduler for ``MemoryAwareReorder`` (``"auto"``, ``"dp"``, ``"rpo"``, ...).
+    options : PipelineOptions
+        The pipeline's options (:class:`~tvm_memsched.relax.options.PipelineOptions`; keyword ``overrides`` of
+        the same names change them, e.g. ``method="dp"``; a string here is the method). Those the export acts
+        on are described below (``method``: the scheduler of ``MemoryAwareReorder``; ``time_limit``,
+        ``progress``: its search's; ``layout``, ``inline_producers``, ``affine_chains``, ``absorb_transposes``
+        as in the pipeline). It refuses ``reorder=False``, ``plan=False``, ``rewrite``, ``tile``,
+        ``extra_passes``, a ``tradeoff`` other than ``"memory"`` and a ``workspace`` other than
+        ``"lowered"`` (rewrite or tile the module before exporting it).
     name : str
         C prefix: ``<name>_run``, ``<NAME>_ARENA_BYTES``, files ``<name>.c`` ...
     planner : {"tvm_memsched", "tvm"}
         Our order and arena plan, or TVM's order and ``StaticPlanBlockMemory``.
     alignment : int
-        Alignment of every tensor and workspace region in the arena.
+        Alignment of every tensor and workspace region in the arena (None: :data:`MICRO_ALIGNMENT`).
     shrink_workspace : bool
         Schedule our plan's kernels without full-size temporaries
         (:class:`~tvm_memsched.transform.ShrinkWorkspace` after fusion: padding
@@ -435,7 +457,13 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
 
     from ..relax.int8.kernels import module_macs
     from ..relax.frontends.names import c_safe_names
+    from ..relax.options import resolve_options
 
+    o = resolve_options(options, overrides)
+    _refuse_options(o)
+    method, time_limit, progress, int8, inplace = o.method, o.time_limit, o.progress, o.int8, o.inplace
+    shrink_workspace, shrink_constants, exact_arena = o.shrink_workspace, o.shrink_constants, o.exact_arena
+    alignment = MICRO_ALIGNMENT if o.alignment is None else o.alignment
     board = get_board(board)
     if kernels not in ("auto", "fast", "tvm"):
         raise UnsupportedError(f"unknown kernel choice '{kernels}': use 'auto', 'fast' or 'tvm'")
@@ -454,9 +482,8 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
     target = tvm.target.Target(board.tvm_target())
     seconds = {}
     t0 = time.perf_counter()
-    inline = options.pop("inline_producers", True)
-    common, lower, reorder, middle, tvm_planner = _split_pipeline(target, method, time_limit, alignment, progress,
-                                                                  dict(options, inplace=inplace))
+    inline = o.inline_producers
+    common, lower, reorder, middle, tvm_planner = _split_pipeline(target, o.replace(alignment=alignment))
     shrink = ShrinkWorkspace(epilogues=shrink_workspace, target=target) \
         if (shrink_workspace or inline_padding) else None
     ours, tvms = planner == "tvm_memsched" or compare_default, planner == "tvm" or compare_default
@@ -473,16 +500,16 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         from ..relax.passes.absorb_transposes import absorb_transposes
         from ..relax.passes.affine_chains import fold_affine_chains
 
-        if options.pop("absorb_transposes", True):
+        if o.absorb_transposes:
             mod_ours = _tvm_call(lambda: absorb_transposes(mod_ours)[0], "the transposed convolutions")
-        affine = options.pop("affine_chains", True)
+        affine = o.affine_chains
         if affine:
             kw = affine if isinstance(affine, dict) else {}
             mod_ours = _tvm_call(lambda: fold_affine_chains(mod_ours, **kw)[0], "the affine chains")
     from ..relax.passes.layout import ChannelsFirstReduction, convolutions_to
     from ..relax.pipeline import resolve_layout
 
-    conv_layout = resolve_layout(options.pop("layout", "auto"), inplace) if ours else None
+    conv_layout = resolve_layout(o.layout, inplace) if ours else None
     if conv_layout:
         mod_ours = _tvm_call(lambda: convolutions_to(mod_ours, conv_layout.rstrip("?"),
                                                      boundary_only=conv_layout.endswith("?"))[0],

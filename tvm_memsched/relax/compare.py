@@ -40,6 +40,7 @@ from .passes.arena import collect_plans, plannable_live_peak
 from .graph import block_to_graph, used_after_blocks
 from .ir import static_nbytes
 from .passes.layout import ChannelsFirstReduction, convolutions_to
+from .options import OptionError, PipelineOptions, resolve_options
 from .pipeline import pipeline, resolve_layout
 from .analysis.profiling import PassTimer, peak_rss
 from .passes.transform import ArenaPlanMemory
@@ -286,14 +287,16 @@ def time_vm(ex, inputs, func: str = "main", repeat: int = 5, budget: float = 10.
     return float(np.median(times))
 
 
-def compare(mod, target=None, *, method: str = "auto", time_limit: float | None = None, inputs=None,
-            seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True,
-            rewrite=False, int8: bool = True, repeat: int = 5, shrink_workspace: bool = True,
-            shrink_constants: bool = True, tile=False, reference=None, **options) -> Comparison:
+def compare(mod, target=None, options: PipelineOptions | None = None, *, inputs=None, seed: int = 0,
+            rtol: float = 1e-4, atol: float = 1e-5, name: str = "model", run: bool = True, repeat: int = 5,
+            reference=None, **overrides) -> Comparison:
     """Build ``mod`` with TVM's default pipeline and with ours; compare (see module docs).
 
-    ``rewrite``: apply :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our
-    side first (``True``, or a dict of its options such as ``{"policy": "always"}``).
+    Our side is built with ``options`` (a :class:`~tvm_memsched.relax.options.PipelineOptions`, changed by
+    keyword ``overrides`` of the same names, as :func:`~tvm_memsched.relax.pipeline.pipeline` takes them;
+    ``reorder`` and ``plan`` stay on: they are what is compared). Of those: ``rewrite``: apply
+    :func:`~tvm_memsched.relax.rewrite.identity_rewrite` to our side first (``True``, a policy, or a dict of
+    its options such as ``{"policy": "always"}``).
     ``int8`` (default True): lower quantized operator groups of our side to
     TFLite's integer kernels first (:func:`~tvm_memsched.relax.int8.lower.lower_int8`);
     TVM's default side keeps its float emulation. Our outputs are then checked
@@ -313,12 +316,16 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
     (a model quantized at run time, whose quantizers round the last-bit differences of two runtimes' float
     operators apart: :data:`DYNAMIC_QUANTIZATION_SPREAD`).
     """
+    o = resolve_options(options, overrides)
+    if not (o.reorder and o.plan):
+        raise OptionError("compare: reorder=False and plan=False apply to pipeline() and build() only (compare "
+                          "compares our order and plan with TVM's)")
     target = as_target(target)
     st = stages(target)
     names = [p.info.name for p in st["finalize"]]
     k = names.index("StaticPlanBlockMemory")
-    extra = list(options.pop("extra_passes", ()))
-    ws_mode = options.pop("workspace", "lowered")
+    extra = list(o.extra_passes)
+    ws_mode = o.workspace
     timers = {side: PassTimer() for side in ("common", "default", "memsched")}
 
     def passes(side):
@@ -342,13 +349,13 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         t0 = time.perf_counter()
         with peak_rss() as rss_ours, passes("memsched"):
             ours_mod, int8_report, tiling = mod, None, None
-            if tile:
+            if o.tile:
                 from .passes.tiling import PatchTiling
 
-                tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
+                tiling = PatchTiling(**(dict(o.tile) if isinstance(o.tile, dict) else {}))
                 ours_mod = tiling(mod)
             untiled = ours_mod is mod
-            if int8:
+            if o.int8:
                 from .int8.lower import lower_int8
 
                 base = ours_mod
@@ -356,32 +363,33 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
                 if not int8_report.total:
                     ours_mod, int8_report = base, None
             rewrites = []
-            if rewrite:
+            if o.rewrite:
                 from .rewrite import identity_rewrite
 
-                kw = dict(rewrite) if isinstance(rewrite, dict) else {}
+                kw = dict(o.rewrite) if isinstance(o.rewrite, dict) else {"policy": o.rewrite}
                 kw.setdefault("target", target)
                 r_mod, r_report = identity_rewrite(ours_mod, **kw)
                 rewrites = [asdict(site) for site in r_report.sites]
                 ours_mod = r_mod if rewrites else ours_mod
-            if shrink_constants:
+            if o.shrink_constants:
                 ours_mod = shrink_constants_(ours_mod)[0]
-            if options.get("absorb_transposes", True):
+            if o.absorb_transposes:
                 ours_mod = absorb_transposes(ours_mod)[0]
-            affine = options.get("affine_chains", True)
+            affine = o.affine_chains
             if affine:
                 ours_mod = fold_affine_chains(ours_mod, **(affine if isinstance(affine, dict) else {}))[0]
-            conv_layout = resolve_layout(options.get("layout", "auto"), options.get("inplace", True))
+            conv_layout = resolve_layout(o.layout, o.inplace)
             if conv_layout:
                 ours_mod = convolutions_to(ours_mod, conv_layout.rstrip("?"),
                                            boundary_only=conv_layout.endswith("?"))[0]
             m_base = fused if ours_mod is mod else \
                 tvm.transform.Sequential(st["dispatch"] + st["legalize"])(ours_mod)
-            p = pipeline(target, method=method, time_limit=time_limit, workspace=ws_mode, int8=False,
-                         shrink_workspace=shrink_workspace, shrink_constants=False, **options)
+            # the passes above already ran on the operators: the pipeline's kernel-level passes only
+            p = pipeline(target, o.replace(int8=False, shrink_constants=False, rewrite=False, tile=False,
+                                           extra_passes=()))
             reorder, arena = p.reorder, p.arena
             # only convolutions ConvolutionLayout or AbsorbTransposes converted from NCHW
-            reduction = ChannelsFirstReduction() if conv_layout or options.get("absorb_transposes", True) else None
+            reduction = ChannelsFirstReduction() if conv_layout or o.absorb_transposes else None
             kernel_passes = [q for q in (p.inline, reduction, p.shrink) if q is not None] + extra
             m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
             after_reorder = [reorder] + ([p.balance] if p.balance is not None else [])
@@ -444,7 +452,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
             t_d, t_m = time_vm(d_ex, inputs, repeat=repeat), time_vm(m_ex, inputs, repeat=repeat)
     blocks = [r.to_dict() for r in reorder.report]
     return Comparison(
-        model=name, target=str(target.kind.name), method=method,
+        model=name, target=str(target.kind.name), method=o.method,
         default_planned_bytes=sum(sum(v) for v in d_storages.values()),
         memsched_planned_bytes=sum(sum(v) for v in m_storages.values()),
         memsched_planned_no_inplace_bytes=no_inplace,
@@ -479,7 +487,7 @@ def compare(mod, target=None, *, method: str = "auto", time_limit: float | None 
         default_run_seconds=t_d, memsched_run_seconds=t_m,
         largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0),
         tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None,
-        tradeoff=options.get("tradeoff", "memory"),
+        tradeoff=o.tradeoff,
         kernel_choices=[c.to_dict() for c in p.balance.report] if p.balance is not None else [])
 
 

@@ -47,10 +47,15 @@ from .passes.inline_producers import InlineProducers
 from .passes.tiling import PatchTiling
 from .passes.balance_kernels import BalanceKernels
 from .passes.shrink_workspace import MODES as TRADEOFFS
+from .options import PipelineOptions, resolve_options
 from .target import as_target, stages
 from .passes.transform import ArenaPlanMemory, IdentityRewrite, MemoryAwareReorder, ShrinkConstants, ShrinkWorkspace
 
-__all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline", "resolve_layout", "TRADEOFFS"]
+__all__ = ["pipeline", "build", "stages", "as_target", "MemschedPipeline", "PipelineOptions", "resolve_layout",
+           "TRADEOFFS", "VM_ALIGNMENT"]
+
+#: arena alignment (bytes) when the options leave it to the target (``alignment=None``): TVM's VM
+VM_ALIGNMENT = 64
 
 
 def resolve_layout(layout: str | None, inplace: bool) -> str | None:
@@ -70,50 +75,42 @@ def resolve_layout(layout: str | None, inplace: bool) -> str | None:
 class MemschedPipeline:
     """The default pipeline with our kernel scheduling, reorder and arena planner (see :func:`pipeline`).
 
-    ``.rewrite`` (None unless asked for), ``.constants``, ``.shrink``, ``.reorder``
-    and ``.arena`` are the pass instances (their ``.report`` tells what they did; None when
-    turned off), ``.passes`` the whole list.
+    ``.options`` is the :class:`~tvm_memsched.relax.options.PipelineOptions` it was made with; ``.rewrite``
+    (None unless asked for), ``.constants``, ``.shrink``, ``.reorder`` and ``.arena`` are the pass instances
+    (their ``.report`` tells what they did; None when turned off), ``.passes`` the whole list.
     """
 
-    def __init__(self, target, method="auto", time_limit=None, alignment=64, reorder=True, plan=True,
-                 workspace="lowered", exact_arena=True, extra_passes=(), progress=None, rewrite=False, int8=True,
-                 shrink_workspace=True, shrink_constants=True, inplace=True, layout="auto", tile=False,
-                 inline_producers=True, tradeoff="memory", allowance=0.10, affine_chains=True,
-                 absorb_transposes=True, **options):
-        if tradeoff not in TRADEOFFS:
-            raise ValueError(f"unknown tradeoff {tradeoff!r}; use one of {', '.join(TRADEOFFS)}")
+    def __init__(self, target, options: PipelineOptions | None = None, **overrides):
+        self.options = o = resolve_options(options, overrides)
         self.target = as_target(target)
         st = stages(self.target)
-        self.int8 = IntegerLowering() if int8 else None
+        self.int8 = IntegerLowering() if o.int8 else None
         self.rewrite = None
-        if rewrite:
-            kw = dict(rewrite) if isinstance(rewrite, dict) else {}
+        if o.rewrite:
+            kw = dict(o.rewrite) if isinstance(o.rewrite, dict) else {"policy": o.rewrite}
             self.rewrite = IdentityRewrite(target=self.target, **kw)
-        self.reorder = MemoryAwareReorder(method=method, time_limit=time_limit, workspace=workspace,
-                                          target=self.target, progress=progress, inplace=inplace,
-                                          **options) if reorder else None
-        self.arena = ArenaPlanMemory(alignment=alignment, exact=exact_arena, inplace=inplace,
-                                     target=self.target) if plan else None
-        self.shrink = ShrinkWorkspace(target=self.target, mode=tradeoff) if shrink_workspace else None
-        self.balance = BalanceKernels(allowance, self.target, inplace) \
-            if shrink_workspace and tradeoff == "balanced" else None
-        self.inline = InlineProducers(**(inline_producers if isinstance(inline_producers, dict) else {})) \
-            if inline_producers else None
-        self.constants = ShrinkConstants() if shrink_constants else None
-        self.affine = FoldAffineChains(**(affine_chains if isinstance(affine_chains, dict) else {})) \
-            if affine_chains else None
-        self.transposes = AbsorbTransposes() if absorb_transposes else None
-        conv_layout = resolve_layout(layout, inplace)
+        self.reorder = MemoryAwareReorder(method=o.method, time_limit=o.time_limit, workspace=o.workspace,
+                                          target=self.target, progress=o.progress, inplace=o.inplace,
+                                          workspace_shared=o.workspace_shared,
+                                          **o.scheduler_options) if o.reorder else None
+        self.arena = ArenaPlanMemory(alignment=VM_ALIGNMENT if o.alignment is None else o.alignment,
+                                     exact=o.exact_arena, inplace=o.inplace, target=self.target) if o.plan else None
+        self.shrink = ShrinkWorkspace(target=self.target, mode=o.tradeoff) if o.shrink_workspace else None
+        self.balance = BalanceKernels(o.allowance, self.target, o.inplace) \
+            if o.shrink_workspace and o.tradeoff == "balanced" else None
+        self.inline = InlineProducers(**_pass_options(o.inline_producers)) if o.inline_producers else None
+        self.constants = ShrinkConstants() if o.shrink_constants else None
+        self.affine = FoldAffineChains(**_pass_options(o.affine_chains)) if o.affine_chains else None
+        self.transposes = AbsorbTransposes() if o.absorb_transposes else None
+        conv_layout = resolve_layout(o.layout, o.inplace)
         self.layout = ConvolutionLayout(conv_layout) if conv_layout else None
         # NCHW summation order for the convolutions ConvolutionLayout or AbsorbTransposes made channels-last
-        self.reduction = ChannelsFirstReduction() if conv_layout or absorb_transposes else None
-        self.tiling = None
-        if tile:
-            self.tiling = PatchTiling(**(dict(tile) if isinstance(tile, dict) else {}))
+        self.reduction = ChannelsFirstReduction() if conv_layout or o.absorb_transposes else None
+        self.tiling = PatchTiling(**_pass_options(o.tile)) if o.tile else None
         first = (self.tiling, self.int8, self.rewrite, self.constants, self.transposes, self.affine, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
             + st["legalize"] + [q for q in (self.inline, self.reduction, self.shrink) if q is not None] \
-            + list(extra_passes)
+            + list(o.extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)
             if p.info.name == "RewriteDataflowReshape":
@@ -136,12 +133,7 @@ class MemschedPipeline:
             return tvm.transform.Sequential(self.passes)(mod)
 
 
-def pipeline(target=None, method: str = "auto", *, time_limit: float | None = None, alignment: int = 64,
-             reorder: bool = True, plan: bool = True, workspace: str | None = "lowered", exact_arena: bool = True,
-             extra_passes=(), progress=None, rewrite=False, int8: bool = True, shrink_workspace: bool = True,
-             shrink_constants: bool = True, inplace: bool = True, layout: str | None = "auto", tile=False,
-             inline_producers: bool = True, tradeoff: str = "memory", allowance: float = 0.10,
-             affine_chains=True, absorb_transposes: bool = True, **options) -> MemschedPipeline:
+def pipeline(target=None, options: PipelineOptions | None = None, **overrides) -> MemschedPipeline:
     """TVM's default Relax pipeline for ``target`` with our kernel scheduling, reorder and arena planner.
 
     ``int8=True`` (default) first lowers quantized (dequantize/quantize) operator
@@ -176,17 +168,31 @@ def pipeline(target=None, method: str = "auto", *, time_limit: float | None = No
     :class:`~tvm_memsched.relax.passes.absorb_transposes.AbsorbTransposes`). Every tradeoff takes every
     in-place overlap the kernels' loop order proves (on LLVM the aliased kernels are compiled apart without
     ``noalias``,
-    :func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`).
-    Other options go to the scheduler.
+    :func:`~tvm_memsched.relax.passes.aliasing.allow_aliasing`). ``alignment``: of every tensor in the arena
+    (None: :data:`VM_ALIGNMENT`). A scheduler's own keywords go in ``scheduler_options={...}``.
+
+    The options are a :class:`~tvm_memsched.relax.options.PipelineOptions` (``options``; every name above is
+    one of its fields, with the same default), changed by keyword ``overrides``; an unknown keyword is an
+    :class:`~tvm_memsched.relax.options.UnknownOptionError` naming the valid ones. Both spellings give the
+    same pipeline:
+
+    >>> from tvm_memsched.relax.options import PipelineOptions
+    >>> opts = PipelineOptions(method="rpo", tradeoff="balanced")
+    >>> pipeline("llvm", opts).pass_names() == pipeline("llvm", method="rpo", tradeoff="balanced").pass_names()
+    True
+    >>> pipeline("llvm", opts, tradeoff="speed").options.tradeoff     # keywords change a copy
+    'speed'
     """
-    return MemschedPipeline(target, method, time_limit, alignment, reorder, plan, workspace, exact_arena,
-                            extra_passes, progress, rewrite, int8, shrink_workspace, shrink_constants, inplace,
-                            layout=layout, tile=tile, inline_producers=inline_producers, tradeoff=tradeoff,
-                            allowance=allowance, affine_chains=affine_chains,
-                            absorb_transposes=absorb_transposes, **options)
+    return MemschedPipeline(target, options, **overrides)
 
 
-def build(mod, target=None, **options):
-    """Compile ``mod`` with :func:`pipeline` (same call pattern as ``tvm.compile``)."""
+def build(mod, target=None, options: PipelineOptions | None = None, **overrides):
+    """Compile ``mod`` with :func:`pipeline` (same call pattern as ``tvm.compile``; ``options`` and keywords
+    as :func:`pipeline`'s)."""
     target = as_target(target)
-    return tvm.compile(mod, target, relax_pipeline=pipeline(target, **options))
+    return tvm.compile(mod, target, relax_pipeline=pipeline(target, options, **overrides))
+
+
+def _pass_options(value) -> dict:
+    """A pass's own options: a dict option's items, none for True."""
+    return dict(value) if isinstance(value, dict) else {}
