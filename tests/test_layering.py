@@ -227,7 +227,7 @@ def test_modules_stay_small(module):
 
 #: relax/'s top level: the glue; everything else lives in a room (frontends/, passes/, analysis/, int8/, rewrite/,
 #: legalize/: lowerings of Relax operators TVM leaves unlowered)
-RELAX_TOP = {"pipeline", "compare", "graph", "ir", "target", "testing"}
+RELAX_TOP = {"pipeline", "options", "compare", "graph", "ir", "target", "testing"}
 RELAX_ROOMS = {"frontends", "passes", "analysis", "int8", "rewrite", "legalize"}
 
 
