@@ -35,7 +35,7 @@ def _other_value(f):
     choices = m["choices"]() if callable(m["choices"]) else m["choices"]
     if choices:
         return [c for c in choices if c != f.default][-1]
-    return {float: 0.25, int: 32}[m["type"]]
+    return {float: 0.25, int: 32}.get(m["type"], "some-value")     # a string option (a path, a name)
 
 
 def _parse(command, args):

@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_memsched import compare
+from tvm_memsched import PipelineOptions, compare
 from tvm_memsched.transform import ArenaPlanMemory, MemoryAwareReorder
 
 # 1. A branching network: x -> 4 x (conv3x3 -> relu -> conv1x1) -> concat -> conv1x1,
@@ -76,6 +76,9 @@ for plan in arena.report:
     print(f"arena {plan.function}: {plan.total_bytes} bytes for {plan.buffers} tensors "
           f"(live-peak bound {sum(plan.lower_bound_bytes.values())}, {plan.method})")
 
-# 4. The same comparison in one call (tvm_memsched.pipeline / tvm_memsched.build do steps 2-3)
+# 4. The same comparison in one call (tvm_memsched.pipeline / tvm_memsched.build do steps 2-3). Every option
+#    of our pipeline is a field of PipelineOptions (the same names as the command's flags: time_limit is
+#    --time-limit); pipeline(target, opts), build(mod, target, opts) and micro.export(..., opts) take it too.
+opts = PipelineOptions(method="auto", time_limit=5)
 print()
-print(compare(mod, target, method="auto", name="branchy").summary())
+print(compare(mod, target, opts, name="branchy").summary())

@@ -2,7 +2,7 @@
 
 The framework-neutral core (:mod:`tvm_memsched.core`) and the schedulers
 (:mod:`tvm_memsched.schedulers`) need only numpy and networkx. The TVM parts
-(``transform``, ``pipeline``, ``build``, ``compare``) are imported on first use,
+(``transform``, ``pipeline``, ``build``, ``compare`` and their ``PipelineOptions``) are imported on first use,
 so ``import tvm_memsched`` works without TVM installed.
 """
 
@@ -16,6 +16,7 @@ _LAZY = {
     "pipeline": ("tvm_memsched.relax.pipeline", "pipeline"),
     "build": ("tvm_memsched.relax.pipeline", "build"),
     "compare": ("tvm_memsched.relax.compare", "compare"),
+    "PipelineOptions": ("tvm_memsched.relax.options", "PipelineOptions"),
 }
 
 

@@ -306,14 +306,16 @@ def _split_pipeline(target, options):
     return p.passes[:f + 1], p.passes[f + 1:i], p.reorder, p.passes[i + 1:k], tvm_planner
 
 
+#: the pipeline options :func:`export` applies; any other one changed from its default is refused by name
+APPLIED_OPTIONS = {"method", "time_limit", "alignment", "progress", "int8", "inplace", "shrink_workspace",
+                   "shrink_constants", "exact_arena", "layout", "inline_producers", "affine_chains",
+                   "absorb_transposes", "workspace_shared", "scheduler_options", "allowance"}
+
+
 def _refuse_options(o: PipelineOptions) -> None:
-    """The options :func:`export` does not apply: an error naming them, never silently ignored."""
-    refused = [f"{k}={v!r}" for k, v in (("reorder", o.reorder), ("plan", o.plan)) if not v]
-    refused += [f"{k}={getattr(o, k)!r}" for k in ("rewrite", "tile", "extra_passes") if getattr(o, k)]
-    if o.tradeoff != "memory":
-        refused.append(f"tradeoff={o.tradeoff!r}")
-    if o.workspace != "lowered":
-        refused.append(f"workspace={o.workspace!r}")
+    """The options :func:`export` does not apply (``reorder=False``, ``rewrite``, ``tile``, a ``tradeoff``
+    other than memory, ...): an error naming them, never silently ignored."""
+    refused = [f"{k}={v!r}" for k, v in o.changed().items() if k not in APPLIED_OPTIONS]
     if refused:
         raise UnsupportedError(f"micro export: {', '.join(refused)} not supported (the export keeps our order and "
                                "plan and the least-workspace kernels; rewrite or tile the module before exporting)")

@@ -8,9 +8,17 @@ the ``compare`` / ``micro`` commands all take it, so an option is written once: 
 flag (``time_limit`` <-> ``--time-limit``; a boolean that defaults to True <-> ``--no-NAME``), and the commands'
 flags are generated from the fields (:func:`add_arguments`, :meth:`PipelineOptions.from_cli`).
 
-Adding an option is one field here: its default, ``help`` and the commands that take it (``cli``); then read it
-where it acts (``options.NAME``). A field with ``cli=()`` is Python-only (``python_only`` says why: a callable,
-pass objects, a dict of a pass's own options).
+Adding an option is one field here, e.g.::
+
+    tuning_trials: int = _option(0, "MetaSchedule trials per kernel (0: no tuning)", type=int, metavar="N")
+
+which makes ``PipelineOptions(tuning_trials=64)``, ``pipeline(target, tuning_trials=64)`` and the flag
+``--tuning-trials N`` of ``compare`` and ``micro`` (``cli=("compare",)`` for one command only, ``cli=()`` with a
+``python_only`` reason for none: a callable, pass objects, a dict of a pass's own options); a value check, if any,
+goes in :func:`_validate`. Then read ``options.tuning_trials`` where it acts (:class:`MemschedPipeline`,
+:func:`compare`; the micro export refuses by name every changed option not in its
+``tvm_memsched.micro.builder.APPLIED_OPTIONS``).
+tests/test_options.py covers a new field as it is (round trip, the commands' flags).
 
 Example
 -------
