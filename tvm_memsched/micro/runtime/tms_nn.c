@@ -23,6 +23,19 @@
 #else
 #define TMS_MVE 0
 #endif
+/* ARMv6-M (Cortex-M0/M0+/M1: Thumb-1, eight low registers, MULS 32x32->32 only, no 32x32->64 multiply):
+ * the requantisation in 32-bit pieces (a 64-bit product is a libgcc call there) and, on the core itself,
+ * the dot products in Thumb-1 assembly. TMS_NN_EMULATE_V6M: the same C on the host (tests). */
+#if !TMS_DSP && !TMS_MVE && (defined(__ARM_ARCH_6M__) || defined(TMS_NN_EMULATE_V6M))
+#define TMS_V6M 1
+#else
+#define TMS_V6M 0
+#endif
+#if TMS_V6M && defined(__ARM_ARCH_6M__) && !defined(TMS_NN_EMULATE_V6M)
+#define TMS_V6M_ASM 1
+#else
+#define TMS_V6M_ASM 0
+#endif
 
 /* The specialised variants this build compiles. The export writes tms_nn_config.h next to this file with
  * the ones its model calls (output modes of the integer kernels, fused multiply-add or not in the float
@@ -139,6 +152,40 @@ TMS_INLINE int32_t rd32(const int8_t* p) {
 #define TMS_LEFT(info) (((info) >> 8) & 0xff)
 #define TMS_RIGHT(info) (((info) >> 16) & 0xff)
 
+#if TMS_V6M
+/* SRDHM without a 64-bit product (ARMv6-M): gemmlowp's nudge then truncation toward zero is, for either
+ * sign of the product, floor((a m + 2^30) / 2^31). With a = ah 2^16 + al and m = mh 2^16 + ml (al, ml in
+ * [0, 2^16), ah, mh signed) every partial product fits 32 bits. */
+
+/* floor((a m + 2^30) / 2^31) for |a| < 2^30 and 0 <= m < 2^31 (the fast forms' domain): 2 ah mh +
+ * floor(R / 2^15) with R = ah ml + al mh + floor(al ml / 2^16) + 2^14 in (-2^30, 3 * 2^30), which
+ * R + 2^30 holds as an unsigned word. Five MULS, no carries. */
+TMS_INLINE int32_t srdhm_v6m(int32_t a, int32_t m) {
+  const int32_t ah = a >> 16, mh = m >> 16;
+  const uint32_t al = (uint32_t)a & 0xffffu, ml = (uint32_t)m & 0xffffu;
+  const uint32_t r = (uint32_t)(ah * (int32_t)ml) + al * (uint32_t)mh + ((al * ml) >> 16) + 0x40004000u;
+  return 2 * ah * mh + (int32_t)(r >> 15) - 0x8000;
+}
+
+/* the same for any a and m, except a = m = INT32_MIN (whose 2^31 wraps): the product's two words with
+ * carries, then bits 31..62 of it plus 2^30 */
+TMS_INLINE int32_t srdhm_any_v6m(int32_t a, int32_t m) {
+  const int32_t ah = a >> 16, mh = m >> 16;
+  const uint32_t al = (uint32_t)a & 0xffffu, ml = (uint32_t)m & 0xffffu;
+  const int32_t m1 = ah * (int32_t)ml, m2 = (int32_t)al * mh; /* |.| <= 2^15 (2^16 - 1) */
+  uint32_t lo = al * ml, hi = (uint32_t)(ah * mh), t;
+  t = (uint32_t)m1 << 16;
+  lo += t;
+  hi += (uint32_t)(m1 >> 16) + (lo < t);
+  t = (uint32_t)m2 << 16;
+  lo += t;
+  hi += (uint32_t)(m2 >> 16) + (lo < t);
+  lo += 0x40000000u;
+  hi += lo < 0x40000000u;
+  return (int32_t)((hi << 1) | (lo >> 31));
+}
+#endif
+
 /* gemmlowp's SaturatingRoundingDoublingHighMul and RoundingDivideByPOT after a left shift:
  * TFLite's MultiplyByQuantizedMultiplier, exact for every input. */
 static int32_t rq_exact(int32_t acc, int32_t mult, int32_t info) {
@@ -148,9 +195,13 @@ static int32_t rq_exact(int32_t acc, int32_t mult, int32_t info) {
   if (a == INT32_MIN && mult == INT32_MIN) {
     x = INT32_MAX;
   } else {
+#if TMS_V6M
+    x = srdhm_any_v6m(a, mult);
+#else
     int64_t ab = (int64_t)a * mult;
     int64_t nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
     x = (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+#endif
   }
   int32_t mask = (int32_t)((1u << rs) - 1u);
   int32_t rem = x & mask;
@@ -179,7 +230,11 @@ TMS_INLINE int32_t rq_fast(int32_t acc, int32_t mult, int32_t info, int32_t z21)
           : "r"(acc), "r"(mult), "r"(info), "r"(z21));
   return t;
 #else
+#if TMS_V6M
+  int32_t x = srdhm_v6m(acc, mult);
+#else
   int32_t x = (int32_t)(((int64_t)acc * 2 * mult + ((int64_t)1 << 31)) >> 32);
+#endif
   x -= (int32_t)((uint32_t)x >> 31);
   x = ((x >> (info & 0xff)) + z21) >> 1;
   return x < -128 ? -128 : (x > 127 ? 127 : x);
@@ -251,6 +306,91 @@ static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
 #define TMS_BY_MODE(mode, fn, ...) fn(mode, __VA_ARGS__)
 
 /* ------------------------------------------------------------------ dot products */
+#if TMS_V6M_ASM
+/* Thumb-1 inner loops (GCC writes Thumb-1 inline assembly in the divided syntax: switched to unified and
+ * back). MULS overwrites one of its operands and LDRSB takes only a register offset, so
+ * the streams share one index register counting up to 0 (the bases point past their ends) and each
+ * product reloads the operand it consumes; the accumulators live in r8-r11 (ADD reaches high registers).
+ * TMS_V6M_SAVE / TMS_V6M_RESTORE: r4-r11 pushed and popped. */
+#define TMS_V6M_SAVE                                                                      \
+  ".syntax unified\n\t"                                                                     \
+  "push {r4-r7, lr}\n\t"                                                                   \
+  "mov r4, r8\n\t"                                                                          \
+  "mov r5, r9\n\t"                                                                          \
+  "mov r6, r10\n\t"                                                                         \
+  "mov r7, r11\n\t"                                                                         \
+  "push {r4-r7}\n\t"
+#define TMS_V6M_RESTORE                                                                   \
+  "pop {r4-r7}\n\t"                                                                         \
+  "mov r8, r4\n\t"                                                                          \
+  "mov r9, r5\n\t"                                                                          \
+  "mov r10, r6\n\t"                                                                         \
+  "mov r11, r7\n\t"                                                                         \
+  "pop {r4-r7, pc}\n\t"                                                                      \
+  ".syntax divided\n\t"
+/* acc[0..3] (a00, a01, a10, a11) to r8-r11 and back, through r4 (acc in r3 at entry, then on the stack) */
+#define TMS_V6M_ACC_IN(p)                                                                 \
+  "ldr r4, [" p ", #0]\n\t"                                                                 \
+  "mov r8, r4\n\t"                                                                          \
+  "ldr r4, [" p ", #4]\n\t"                                                                 \
+  "mov r9, r4\n\t"                                                                          \
+  "ldr r4, [" p ", #8]\n\t"                                                                 \
+  "mov r10, r4\n\t"                                                                         \
+  "ldr r4, [" p ", #12]\n\t"                                                                \
+  "mov r11, r4\n\t"
+#define TMS_V6M_ACC_OUT(p)                                                                \
+  "mov r4, r8\n\t"                                                                          \
+  "str r4, [" p ", #0]\n\t"                                                                 \
+  "mov r4, r9\n\t"                                                                          \
+  "str r4, [" p ", #4]\n\t"                                                                 \
+  "mov r4, r10\n\t"                                                                         \
+  "str r4, [" p ", #8]\n\t"                                                                 \
+  "mov r4, r11\n\t"                                                                         \
+  "str r4, [" p ", #12]\n\t"
+/* one element of dot_2x2: x0 = [r0, r4], x1 = [r1, r4], w0 = [r2, r4], w1 = [r3, r4] */
+#define TMS_V6M_2X2(inc)                                                                  \
+  "ldrsb r5, [r0, r4]\n\t"                                                                  \
+  "ldrsb r6, [r2, r4]\n\t"                                                                  \
+  "muls r5, r6\n\t"                                                                         \
+  "add r8, r5\n\t"                                                                          \
+  "ldrsb r5, [r1, r4]\n\t"                                                                  \
+  "muls r6, r5\n\t"                                                                         \
+  "add r10, r6\n\t"                                                                         \
+  "ldrsb r6, [r3, r4]\n\t"                                                                  \
+  "muls r5, r6\n\t"                                                                         \
+  "add r11, r5\n\t"                                                                         \
+  "ldrsb r5, [r0, r4]\n\t"                                                                  \
+  "muls r5, r6\n\t"                                                                         \
+  "add r9, r5\n\t"                                                                          \
+  "adds r4, #" inc "\n\t"
+
+/* dot_2x2 over n = 2 * K4 bytes (a multiple of 8, >= 8): 14 instructions per four MACs */
+__attribute__((naked, noinline)) static void dot_2x2_v6m(const int8_t* col __attribute__((unused)),
+                                                          const int8_t* w __attribute__((unused)),
+                                                          int32_t n __attribute__((unused)),
+                                                          int32_t* acc __attribute__((unused))) {
+  __asm__ volatile(
+      TMS_V6M_SAVE
+      "push {r3}\n\t"
+      TMS_V6M_ACC_IN("r3")
+      "adds r0, r0, r2\n\t"         /* column end */
+      "adds r1, r1, r2\n\t"         /* weights end */
+      "negs r4, r2\n\t"             /* index: -n .. 0 */
+      "mov r2, r1\n\t"
+      "adds r3, r1, #4\n\t"
+      "adds r1, r0, #4\n\t"
+      "1:\n\t"
+      TMS_V6M_2X2("1")
+      TMS_V6M_2X2("1")
+      TMS_V6M_2X2("1")
+      TMS_V6M_2X2("5")
+      "bne 1b\n\t"
+      "pop {r3}\n\t"
+      TMS_V6M_ACC_OUT("r3")
+      TMS_V6M_RESTORE);
+}
+#endif
+
 /* Two columns interleaved every four elements (col: [K4/4][2][4]) against a channel pair
  * (w: [K4/4][2][4]), both 4-byte aligned; acc[2 * pixel + channel] += ... */
 TMS_INLINE void dot_2x2(const int8_t* col, const int8_t* w, int32_t k4, int32_t* acc) {
@@ -297,6 +437,14 @@ TMS_INLINE void dot_2x2(const int8_t* col, const int8_t* w, int32_t k4, int32_t*
     a11 = smlad(x1e, we, a11);
     a11 = smlad(x1o, wo, a11);
   }
+#elif TMS_V6M_ASM
+  (void)end;
+  (void)wp;
+  dot_2x2_v6m(col, w, 2 * k4, acc);
+  a00 = acc[0];
+  a01 = acc[1];
+  a10 = acc[2];
+  a11 = acc[3];
 #else
   const int8_t* cb = col;
   const int8_t* wb8 = w;
@@ -1082,7 +1230,11 @@ TMS_INLINE int32_t rescale_fast(int32_t xl, int32_t mult, int32_t info) {
           : "r"(xl), "r"(mult), "r"(info));
   return t;
 #else
+#if TMS_V6M
+  int32_t x = srdhm_v6m(xl, mult);
+#else
   int32_t x = (int32_t)(((int64_t)xl * 2 * mult + ((int64_t)1 << 31)) >> 32);
+#endif
   x -= (int32_t)((uint32_t)x >> 31);
   return ((x >> (info & 0xff)) + 1) >> 1;
 #endif
@@ -1097,6 +1249,8 @@ TMS_INLINE int32_t srdhm_fast(int32_t xl, int32_t mult) {
           : "=&r"(t)
           : "r"(xl), "r"(mult));
   return t;
+#elif TMS_V6M
+  return srdhm_v6m(xl, mult);
 #else
   return (int32_t)(((int64_t)xl * 2 * mult + ((int64_t)1 << 31)) >> 32);
 #endif
