@@ -395,6 +395,64 @@ __attribute__((naked, noinline)) static void dot_2x2_v6m(const int8_t* col __att
       TMS_V6M_ACC_OUT("r3")
       TMS_V6M_RESTORE);
 }
+
+/* fc_row's dot products four channels (two pairs) at a time: 15 instructions per four MACs */
+typedef struct {
+  const int8_t* x;  /*  0: the input row (groups of four elements every xstep bytes) */
+  const int8_t* w;  /*  4: packed weights of pair a */
+  int32_t n;        /*  8: bytes of a pair's full groups (8 per group, >= 8) */
+  int32_t pb;       /* 12: bytes from pair a to pair b (0: pair a twice) */
+  int32_t xstep;    /* 16: 4 or 8 */
+  int32_t acc[4];   /* 20: pair a's two channels, then pair b's */
+} tms_v6m_fc_t;
+/* one element: x = [r0, #b], the four weights at [r1..r4, r5] */
+#define TMS_V6M_1X4(b, inc)                                                               \
+  "ldrb r6, [r0, #" b "]\n\t"                                                               \
+  "sxtb r6, r6\n\t"                                                                         \
+  "ldrsb r7, [r1, r5]\n\t"                                                                  \
+  "muls r7, r6\n\t"                                                                         \
+  "add r8, r7\n\t"                                                                          \
+  "ldrsb r7, [r2, r5]\n\t"                                                                  \
+  "muls r7, r6\n\t"                                                                         \
+  "add r9, r7\n\t"                                                                          \
+  "ldrsb r7, [r3, r5]\n\t"                                                                  \
+  "muls r7, r6\n\t"                                                                         \
+  "add r10, r7\n\t"                                                                         \
+  "ldrsb r7, [r4, r5]\n\t"                                                                  \
+  "muls r7, r6\n\t"                                                                         \
+  "add r11, r7\n\t"                                                                         \
+  "adds r5, #" inc "\n\t"
+__attribute__((naked, noinline)) static void dot_1x4_v6m(tms_v6m_fc_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      TMS_V6M_SAVE
+      "push {r0}\n\t"
+      "movs r3, r0\n\t"
+      "adds r3, #20\n\t"
+      TMS_V6M_ACC_IN("r3")
+      "ldr r5, [r0, #16]\n\t"
+      "mov r12, r5\n\t"              /* xstep */
+      "ldr r2, [r0, #8]\n\t"
+      "ldr r1, [r0, #4]\n\t"
+      "ldr r3, [r0, #12]\n\t"
+      "adds r1, r1, r2\n\t"         /* pair a's end */
+      "adds r3, r3, r1\n\t"         /* pair b's end */
+      "negs r5, r2\n\t"             /* index: -n .. 0 */
+      "ldr r0, [r0, #0]\n\t"
+      "adds r2, r1, #4\n\t"
+      "adds r4, r3, #4\n\t"
+      "1:\n\t"
+      TMS_V6M_1X4("0", "1")
+      TMS_V6M_1X4("1", "1")
+      TMS_V6M_1X4("2", "1")
+      TMS_V6M_1X4("3", "5")
+      "add r0, r12\n\t"             /* (sets no flags) */
+      "bne 1b\n\t"
+      "pop {r0}\n\t"
+      "movs r3, r0\n\t"
+      "adds r3, #20\n\t"
+      TMS_V6M_ACC_OUT("r3")
+      TMS_V6M_RESTORE);
+}
 #endif
 
 /* Two columns interleaved every four elements (col: [K4/4][2][4]) against a channel pair
@@ -742,6 +800,35 @@ TMS_MODES(conv_two, (const int8_t* col, const int8_t* w, const tms_chan_t* ch, i
 TMS_INLINE void fc_row_impl(const int mode, const int8_t* x, int32_t xstep, const int8_t* w, const tms_chan_t* ch,
                             int32_t K, int32_t n, int8_t* y, const tms_out_t* o) {
   const int32_t K4 = (K + 3) & ~3;
+#if TMS_V6M_ASM
+  if (K >= 4) { /* four channels per pass (the last pair alone: read twice); k % 4 elements in C */
+    const int32_t g = K >> 2;
+    const int8_t* xt = x + xstep * g;
+    tms_v6m_fc_t job = {x, w, 8 * g, 2 * K4, xstep, {0, 0, 0, 0}};
+    for (int32_t c = 0; c < n; c += 4, w += 4 * K4) {
+      const int n1 = c + 1 < n, n2 = c + 2 < n, n3 = c + 3 < n;
+      job.w = w;
+      job.pb = n2 ? 2 * K4 : 0;
+      job.acc[0] = ch[c].bias;
+      job.acc[1] = n1 ? ch[c + 1].bias : 0;
+      job.acc[2] = n2 ? ch[c + 2].bias : 0;
+      job.acc[3] = n3 ? ch[c + 3].bias : 0;
+      dot_1x4_v6m(&job);
+      const int8_t* wt = w + 8 * g;
+      for (int b = 0; b < (K & 3); ++b) {
+        job.acc[0] += xt[b] * wt[b];
+        job.acc[1] += xt[b] * wt[4 + b];
+        job.acc[2] += xt[b] * wt[job.pb + b];
+        job.acc[3] += xt[b] * wt[job.pb + 4 + b];
+      }
+      y[c] = out1(mode, ch + c, job.acc[0], o);
+      if (n1) y[c + 1] = out1(mode, ch + c + 1, job.acc[1], o);
+      if (n2) y[c + 2] = out1(mode, ch + c + 2, job.acc[2], o);
+      if (n3) y[c + 3] = out1(mode, ch + c + 3, job.acc[3], o);
+    }
+    return;
+  }
+#endif
   for (int32_t c = 0; c < n; c += 2, w += 2 * K4) {
     int n1 = c + 1 < n;
     int32_t acc[2] = {ch[c].bias, n1 ? ch[c + 1].bias : 0};
