@@ -163,14 +163,15 @@ TMS_INLINE int32_t rd32(const int8_t* p) {
  * sign of the product, floor((a m + 2^30) / 2^31). With a = ah 2^16 + al and m = mh 2^16 + ml (al, ml in
  * [0, 2^16), ah, mh signed) every partial product fits 32 bits. */
 
-/* floor((a m + 2^30) / 2^31) for |a| < 2^30 and 0 <= m < 2^31 (the fast forms' domain): 2 ah mh +
- * floor(R / 2^15) with R = ah ml + al mh + floor(al ml / 2^16) + 2^14 in (-2^30, 3 * 2^30), which
- * R + 2^30 holds as an unsigned word. Five MULS, no carries. */
+/* floor((a m + 2^30) / 2^31) for |a| < 2^30 and 0 <= m < 2^31 (the fast forms' domain), with signed low
+ * halves (al, ml in [-2^15, 2^15): |ah| <= 2^14, 0 <= mh <= 2^15): 2 ah mh + floor((R + 2^14) / 2^15) where
+ * R = ah ml + al mh + floor(al ml / 2^16), |R| < 2^29 + 2^30 + 2^15 fits a word; the rounding as
+ * floor((floor(R / 2^14) + 1) / 2). Four MULS, no constants. */
 TMS_INLINE int32_t srdhm_v6m(int32_t a, int32_t m) {
-  const int32_t ah = a >> 16, mh = m >> 16;
-  const uint32_t al = (uint32_t)a & 0xffffu, ml = (uint32_t)m & 0xffffu;
-  const uint32_t r = (uint32_t)(ah * (int32_t)ml) + al * (uint32_t)mh + ((al * ml) >> 16) + 0x40004000u;
-  return 2 * ah * mh + (int32_t)(r >> 15) - 0x8000;
+  const int32_t al = (int16_t)a, ml = (int16_t)m;
+  const int32_t ah = (a - al) >> 16, mh = (int32_t)(((uint32_t)m - (uint32_t)ml) >> 16); /* m - ml <= 2^31 */
+  const int32_t r = ah * ml + al * mh + ((al * ml) >> 16);
+  return 2 * ah * mh + (((r >> 14) + 1) >> 1);
 }
 
 /* the same for any a and m, except a = m = INT32_MIN (whose 2^31 wraps): the product's two words with
@@ -243,7 +244,11 @@ TMS_INLINE int32_t rq_fast(int32_t acc, int32_t mult, int32_t info, int32_t z21)
 #endif
   x -= (int32_t)((uint32_t)x >> 31);
   x = ((x >> (info & 0xff)) + z21) >> 1;
+#if TMS_V6M
+  return (uint32_t)(x + 128) > 255u ? (x >> 31) ^ 127 : x; /* one compare and branch on the usual path */
+#else
   return x < -128 ? -128 : (x > 127 ? 127 : x);
+#endif
 #endif
 }
 
