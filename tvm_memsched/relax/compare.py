@@ -115,6 +115,7 @@ class Comparison:
     memsched_pass_seconds: dict = field(default_factory=dict)
     tradeoff: str = "memory"                              # kernel speed against workspace (pipeline's tradeoff)
     kernel_choices: list = field(default_factory=list)    # balanced: each kernel's variant and why (KernelChoice)
+    tuning: dict | None = None                            # compare(tune=N): trials, database, each side's kernels
 
     @property
     def ratio(self) -> float:
@@ -136,6 +137,23 @@ class Comparison:
 
         return profile_table({"TVM default": _merge(self.common_pass_seconds, self.default_pass_seconds),
                               "tvm_memsched": _merge(self.common_pass_seconds, self.memsched_pass_seconds)}, n)
+
+    def _tuning_line(self) -> str:
+        t = self.tuning
+        ours, theirs = t["memsched"], t["default"]
+        taken = [k for k in ours if k["tuned"]]
+        why: dict = {}
+        for k in ours:
+            if not k["tuned"]:
+                why.setdefault(k["reason"].split(" (")[0].split(":")[0], []).append(k["kernel"])
+        line = (f"  tuned with MetaSchedule ({t['trials']} trials per kernel, database {t['database']}; "
+                + (f"{t['kernels_tuned_now']} kernel(s) tuned now in {t['seconds']:.0f}s, not in the compile times"
+                   if t["kernels_tuned_now"] else "every kernel from the database, nothing tuned")
+                + f"): TVM default {sum(k['tuned'] for k in theirs)} of {len(theirs)} kernels ({t['default_rules']} "
+                f"rules), ours {len(taken)} of {len(ours)} ({t['rules']} rules)")
+        if why:
+            line += "; untuned: " + "; ".join(f"{len(v)} because {r}" for r, v in why.items())
+        return line
 
     def summary(self) -> str:
         if max(self.default_planned_bytes, self.memsched_live_peak_with_workspace_bytes or 0) >= 100_000:
@@ -197,6 +215,8 @@ class Comparison:
             lines.append(line)
         elif self.tradeoff != "balanced":
             lines.append(f"  kernels (tradeoff {self.tradeoff})")
+        if self.tuning:
+            lines.append(self._tuning_line())
         if self.int8:
             lines.insert(1, f"  {self.int8['summary']}; our integer outputs vs TVM's float emulation: "
                             f"max {self.int8_max_lsb_vs_default:g} LSB (numerics checked against TVM's default "
@@ -336,15 +356,25 @@ def compare(mod, target=None, options: PipelineOptions | None = None, *, inputs=
         with peak_rss() as rss_common, passes("common"):
             fused = tvm.transform.Sequential(st["dispatch"] + st["legalize"])(mod)
         t_common = time.perf_counter() - t0
-        # ---- TVM default (timed: what building it costs; the analysis for the report comes after)
+        # ---- TVM default (timed: what building it costs; the analysis for the report comes after), tuned as a
+        # TVM user tunes it (MetaSchedule's own CPU rules) when ours is
+        d_tune, t_tuning = None, 0.0
+        if o.tune:
+            from .passes.tune_kernels import TuneKernels, default_tuning_database
+
+            d_tune = TuneKernels(o.tune_database or default_tuning_database(), o.tune, target, "speed", "llvm",
+                                 o.progress)
+            tuned_fused = d_tune(fused)
+            t_tuning += d_tune.tuner.tuning_seconds
         t0 = time.perf_counter()
         with peak_rss() as rss_default, passes("default"):
-            d_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1])(fused)
+            d_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1])(tuned_fused if d_tune else fused)
             d_pre = tvm.transform.Sequential(st["dataflow_lower"][1:] + st["finalize"][:k])(d_lowered)
             d_planned_mod = tvm.transform.Sequential(st["finalize"][k:k + 1])(d_pre)
             d_final = tvm.transform.Sequential(st["finalize"][k + 1:])(d_planned_mod)
             d_ex = tvm.compile(d_final, target, relax_pipeline=None)
-        t_default = time.perf_counter() - t0 + t_common
+        t_default = time.perf_counter() - t0 + t_common + (d_tune.seconds - d_tune.tuner.tuning_seconds
+                                                            if d_tune else 0.0)
         # ---- ours (ShrinkWorkspace and extra passes run after FuseTIR, as in pipeline())
         t0 = time.perf_counter()
         with peak_rss() as rss_ours, passes("memsched"):
@@ -390,7 +420,7 @@ def compare(mod, target=None, options: PipelineOptions | None = None, *, inputs=
             reorder, arena = p.reorder, p.arena
             # only convolutions ConvolutionLayout or AbsorbTransposes converted from NCHW
             reduction = ChannelsFirstReduction() if conv_layout or o.absorb_transposes else None
-            kernel_passes = [q for q in (p.inline, reduction, p.shrink) if q is not None] + extra
+            kernel_passes = [q for q in (p.inline, reduction, p.tune, p.shrink) if q is not None] + extra
             m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
             after_reorder = [reorder] + ([p.balance] if p.balance is not None else [])
             m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + after_reorder)(m_fused)
@@ -399,6 +429,9 @@ def compare(mod, target=None, options: PipelineOptions | None = None, *, inputs=
             m_final = tvm.transform.Sequential(st["finalize"][k + 1:])(m_planned_mod)
             m_ex = tvm.compile(m_final, target, relax_pipeline=None)
         t_ours = time.perf_counter() - t0 + (t_common if m_base is fused else 0.0)
+        if p.tune is not None:        # tuning is not compiling: a second build from the same database skips it
+            t_ours -= p.tune.tuner.tuning_seconds
+            t_tuning += p.tune.tuner.tuning_seconds
         # ---- what the report adds: live peaks of both orders, the plans, our plan without in-place
         t0 = time.perf_counter()
         meter = WorkspaceMeter(fused, target, ws_mode)
@@ -488,7 +521,16 @@ def compare(mod, target=None, options: PipelineOptions | None = None, *, inputs=
         largest_tensor_bytes=max((size for g in m_graphs for size in g.size), default=0),
         tiling=tiling.result.to_dict() if tiling is not None and tiling.result is not None else None,
         tradeoff=o.tradeoff,
-        kernel_choices=[c.to_dict() for c in p.balance.report] if p.balance is not None else [])
+        kernel_choices=[c.to_dict() for c in p.balance.report] if p.balance is not None else [],
+        tuning=_tuning_report(o, d_tune, p.tune, t_tuning) if o.tune else None)
+
+
+def _tuning_report(o, d_tune, m_tune, seconds: float) -> dict:
+    """What ``compare(tune=N)`` tuned on each side (:class:`~tvm_memsched.relax.passes.tune_kernels.TunedKernel`)."""
+    return {"trials": o.tune, "database": d_tune.database, "rules": o.tune_rules, "default_rules": "llvm",
+            "seconds": round(seconds, 3),
+            "kernels_tuned_now": d_tune.tuner.tuned_kernels + m_tune.tuner.tuned_kernels,
+            "default": [asdict(r) for r in d_tune.report], "memsched": [asdict(r) for r in m_tune.report]}
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -152,6 +152,15 @@ class PipelineOptions:
     absorb_transposes: bool = _option(True, "compute a convolution or pooling wrapped in transposes to and from "
                                             "channels-last channels-last",
                                       off="keep the transposes around convolutions and pooling")
+    tune: int = _option(0, "tune the kernels with MetaSchedule, N measured candidates per kernel the database "
+                           "lacks (0, default: no tuning; TuneKernels; host llvm targets only)",
+                        type=int, metavar="TRIALS", cli=("compare",))
+    tune_database: str | None = _option(None, "the MetaSchedule database directory, kept and reused across "
+                                              "builds (default with --tune: ~/.cache/tvm_memsched/tuning)",
+                                        metavar="DIR", cli=("compare",))
+    tune_rules: str = _option("unsplit", "tuning rules: unsplit (default: MetaSchedule's CPU rules without "
+                                         "splitting a reduction) or llvm (its CPU rules as they are)",
+                              choices=("unsplit", "llvm"), cli=("compare",))
     workspace_shared: bool = _option(False, "kernel workspace shares the arena with the tensors: the reorder "
                                             "minimises the peak with workspace first", cli=(),
                                      python_only="set by the microcontroller export")
@@ -350,6 +359,12 @@ def _validate(o: PipelineOptions) -> None:
         put("layout", "keep")
     elif o.layout not in LAYOUT_CHOICES:
         raise OptionError(f"unknown layout {o.layout!r}; use one of {', '.join(LAYOUT_CHOICES)}")
+    if isinstance(o.tune, bool) or not isinstance(o.tune, int) or o.tune < 0:
+        raise OptionError(f"tune must be a number of trials >= 0, got {o.tune!r}")
+    if o.tune_rules not in ("unsplit", "llvm"):
+        raise OptionError(f"unknown tune_rules {o.tune_rules!r}; use unsplit or llvm")
+    if o.tune_database is not None and not isinstance(o.tune_database, str):
+        raise OptionError(f"tune_database must be a directory path, got {o.tune_database!r}")
     if o.tradeoff not in TRADEOFFS:
         raise OptionError(f"unknown tradeoff {o.tradeoff!r}; use one of {', '.join(TRADEOFFS)}")
     if o.progress is not None and not callable(o.progress):

@@ -45,6 +45,7 @@ from .passes.absorb_transposes import AbsorbTransposes
 from .passes.affine_chains import FoldAffineChains
 from .passes.inline_producers import InlineProducers
 from .passes.tiling import PatchTiling
+from .passes.tune_kernels import TuneKernels, default_tuning_database
 from .passes.balance_kernels import BalanceKernels
 from .passes.shrink_workspace import MODES as TRADEOFFS
 from .options import PipelineOptions, resolve_options
@@ -96,8 +97,10 @@ class MemschedPipeline:
         self.arena = ArenaPlanMemory(alignment=VM_ALIGNMENT if o.alignment is None else o.alignment,
                                      exact=o.exact_arena, inplace=o.inplace, target=self.target) if o.plan else None
         self.shrink = ShrinkWorkspace(target=self.target, mode=o.tradeoff) if o.shrink_workspace else None
-        self.balance = BalanceKernels(o.allowance, self.target, o.inplace) \
-            if o.shrink_workspace and o.tradeoff == "balanced" else None
+        # balanced: each banded or tuned kernel where the peak allows; memory with tuning: each tuned kernel
+        # where it leaves the least-memory peak as it is
+        self.balance = BalanceKernels(o.allowance if o.tradeoff == "balanced" else 0.0, self.target, o.inplace) \
+            if o.shrink_workspace and (o.tradeoff == "balanced" or (o.tune and o.tradeoff == "memory")) else None
         self.inline = InlineProducers(**_pass_options(o.inline_producers)) if o.inline_producers else None
         self.constants = ShrinkConstants() if o.shrink_constants else None
         self.affine = FoldAffineChains(**_pass_options(o.affine_chains)) if o.affine_chains else None
@@ -107,9 +110,12 @@ class MemschedPipeline:
         # NCHW summation order for the convolutions ConvolutionLayout or AbsorbTransposes made channels-last
         self.reduction = ChannelsFirstReduction() if conv_layout or o.absorb_transposes else None
         self.tiling = PatchTiling(**_pass_options(o.tile)) if o.tile else None
+        self.tune = TuneKernels(o.tune_database or default_tuning_database(), o.tune, self.target,
+                                o.tradeoff if o.shrink_workspace else "speed", o.tune_rules, o.progress) \
+            if o.tune else None
         first = (self.tiling, self.int8, self.rewrite, self.constants, self.transposes, self.affine, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
-            + st["legalize"] + [q for q in (self.inline, self.reduction, self.shrink) if q is not None] \
+            + st["legalize"] + [q for q in (self.inline, self.reduction, self.tune, self.shrink) if q is not None] \
             + list(o.extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)

@@ -55,8 +55,8 @@ from ..analysis.inplace import KEEP_NOALIAS, InplaceAnalyzer
 from ..analysis.kernel_timing import kernel_seconds, kernel_work
 from ..analysis.workspace import WorkspaceMeter, compacted_workspace_bytes
 from ..graph import block_to_graph, used_after_blocks
-from ..ir import call_tir_op
-from .shrink_workspace import UNSHRUNK, shrink_func
+from ..ir import call_tir_op, strip_attrs
+from .shrink_workspace import SCHEDULED, UNSHRUNK, shrink_func
 
 __all__ = ["BalanceKernels", "KernelChoice", "balance_kernels", "MIN_WORK"]
 
@@ -151,22 +151,33 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
     if not banded:
         return mod, [], 0, 0
     meter = WorkspaceMeter(mod, target, "lowered" if target is not None else "tir")
-    _live, peak, _outside = _steps(mod, meter, InplaceAnalyzer(mod) if inplace else None)
-    decided = mod.clone()          # every banded kernel kept fast: out of in-place execution
-    for gv, func in banded.values():
-        decided[gv] = func.with_attr(KEEP_NOALIAS, True)
-    live, _peak, outside = _steps(decided, meter, InplaceAnalyzer(decided) if inplace else None)
-    budget = peak * (1 + allowance)
     least = {}                     # name -> (least-memory kernel, its workspace), built on demand
 
     def least_memory(name):
         if name not in least:
             gv, func = banded[name]
             kernel, steps = shrink_func(func.attrs[UNSHRUNK], reuse="inline")
-            least[name] = (kernel.with_attrs(dict(func.attrs)).without_attr(UNSHRUNK),
-                           compacted_workspace_bytes(kernel)) if steps else None
+            tuned = bool(func.attrs.get(SCHEDULED, False))   # a tuned kernel's least-memory form is its own
+            attrs = {k: v for k, v in dict(func.attrs).items() if k not in (UNSHRUNK, SCHEDULED)}
+            least[name] = (strip_attrs(kernel).with_attrs(attrs), compacted_workspace_bytes(kernel)) \
+                if steps or tuned else None
         return least[name]
 
+    # P with least-memory kernels: a tuned kernel (TuneKernels) may allow fewer in-place overlaps than its
+    # least-memory form, so its overlaps are those of that form
+    base = mod
+    tuned = [n for n, (_gv, f) in banded.items() if f.attrs.get(SCHEDULED, False)]
+    if tuned:
+        base = mod.clone()
+        for n in tuned:
+            base[banded[n][0]] = least_memory(n)[0]
+    _live, peak, _outside = _steps(base, meter if base is mod else WorkspaceMeter(base, target, meter.mode),
+                                   InplaceAnalyzer(base) if inplace else None)
+    decided = mod.clone()          # every banded kernel kept fast: out of in-place execution
+    for gv, func in banded.values():
+        decided[gv] = func.with_attr(KEEP_NOALIAS, True)
+    live, _peak, outside = _steps(decided, meter, InplaceAnalyzer(decided) if inplace else None)
+    budget = peak * (1 + allowance)
     reasons, worst = {}, {}
     for name, (gv, func) in banded.items():
         ws = meter(gv)
@@ -177,8 +188,8 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
             reasons[name] = f"{worst[name]:,} B at its step, over {int(budget):,} B"
     timed = {}
     if measure:                    # the kernels that may keep their bands: are the bands faster here?
-        pairs = [(n, least_memory(n)) for n in sorted(banded)
-                 if n not in reasons and (kernel_work(banded[n][1]) or 0) >= min_work]
+        pairs = [(n, least_memory(n)) for n in sorted(banded)   # a tuned kernel is timed whatever its size
+                 if n not in reasons and (n in tuned or (kernel_work(banded[n][1]) or 0) >= min_work)]
         pairs = [(n, lm[0]) for n, lm in pairs if lm is not None]
         secs = kernel_seconds([f for n, lm in pairs for f in (banded[n][1].without_attr(UNSHRUNK), lm)], target)
         for k, (n, _lm) in enumerate(pairs):

@@ -74,7 +74,7 @@ from ..analysis.workspace import (compact, compacted_workspace_bytes, internal_a
 from ..analysis.inplace import KEEP_NOALIAS
 from ..ir import per_body, strip_attrs
 
-__all__ = ["ShrinkWorkspace", "InlinePadding", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
+__all__ = ["ShrinkWorkspace", "InlinePadding", "SCHEDULED", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
            "runs_each_instance_once", "attach_loop", "executions", "instances", "REUSE", "MODES", "UNSHRUNK"]
 
 #: what :func:`shrink_func` may do with a stage a reduction reads several times per element
@@ -83,6 +83,9 @@ REUSE = ("inline", "band")
 #: it came (before scheduling), for :class:`~tvm_memsched.relax.passes.balance_kernels.BalanceKernels` to schedule
 #: for least memory where the bands would raise the peak too much
 UNSHRUNK = "tvm_memsched.unshrunk"
+#: a kernel already scheduled (tuned: :class:`~tvm_memsched.relax.passes.tune_kernels.TuneKernels`; TVM's
+#: ``MetaScheduleApplyDatabase`` sets the same), which :func:`shrink_workspace` leaves as it is
+SCHEDULED = "tirx.is_scheduled"
 
 
 # ------------------------------------------------------------------ helpers
@@ -516,6 +519,9 @@ def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memo
             continue
         name = gv.name_hint
         before = compacted_workspace_bytes(func)
+        if func.attrs is not None and func.attrs.get(SCHEDULED, False):   # tuned (TuneKernels)
+            report.append(KernelWorkspace(name, before, before, []))
+            continue
         new, steps = per_body(bodies, func, None, lambda _s: shrink_func(func, epilogues, reuse=reuse)) \
             if before else (func, [])
         if not steps:
