@@ -525,7 +525,7 @@ def export(mod, board, out_dir: str, method: str = "auto", *, name: str = "model
         if kernel_mode in ("fast", "auto"):
             from .nn import params_fit, select
 
-            found = {n: k for n, k in select(pre_ours, called_ours).items() if params_fit(k)}
+            found = {n: k for n, k in select(pre_ours, called_ours, mve=board.mve).items() if params_fit(k)}
             for k in found.values():
                 k.fma = float_fma
             if found:

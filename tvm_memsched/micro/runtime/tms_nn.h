@@ -46,6 +46,8 @@ typedef struct {
 
 /* header entry (table[0]): flags */
 #define TMS_RQ_FAST 1
+/* the call's weights and table are in the Helium layouts (tms_nn_helium.inc: written for cores with MVE) */
+#define TMS_PACK_HELIUM 4
 
 typedef struct {
   uint16_t batch, in_h, in_w, in_c, out_h, out_w, out_c;
@@ -145,6 +147,10 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
+/* the same for the Helium layouts (TMS_PACK_HELIUM): four windows, each rounded up to 16 bytes; a depthwise
+ * convolution's scratch then (instead of TMS_DW_SCRATCH_BYTES): a pointer and an offset per tap, C bytes */
+#define TMS_HL_CONV_COL_BYTES(kh, kw, in_c) (4u * ((((unsigned)(kh) * (kw) * (in_c)) + 15u) & ~15u))
+#define TMS_HL_DW_SCRATCH_BYTES(taps, c) ((unsigned)(sizeof(void*) + 4u) * (unsigned)(taps) + (((unsigned)(c) + 15u) & ~15u))
 
 /* CONV_2D (groups 1), NHWC, packed weights; col: TMS_CONV_COL_BYTES bytes, 4-byte aligned. */
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
