@@ -247,14 +247,16 @@ def pack_helium(w: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
-def helium_table(table: np.ndarray) -> np.ndarray:
+def helium_table(table: np.ndarray, records: bool = False) -> np.ndarray:
     """A :func:`channel_table` in the Helium layout: its header (with ``TMS_PACK_HELIUM``), then int32
     arrays of C4 (channels rounded up to 4) folded biases, multipliers, left shifts and negated right
-    shifts (zeros past the channels).
+    shifts (zeros past the channels); with ``records`` (a convolution's) those four per channel instead.
 
     >>> t = helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32))
     >>> t[:3].tolist(), t[3:].reshape(4, 4)[:, 0].tolist()
     ([5, 0, 0], [7, 1073741824, 0, -3])
+    >>> helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32), records=True)[3:].tolist()
+    [7, 1073741824, 0, -3]
     """
     table = np.asarray(table, np.int64)
     head, rows = table[0].copy(), table[1:]
@@ -265,7 +267,8 @@ def helium_table(table: np.ndarray) -> np.ndarray:
     arrays[2, :c] = (rows[:, 2] >> 8) & 0xff
     arrays[3, :c] = -((rows[:, 2] >> 16) & 0xff)
     head[0] |= _HELIUM_FLAG
-    return np.concatenate([head, arrays.reshape(-1)]).astype(np.int32)
+    body = arrays[:, :c].T if records else arrays
+    return np.concatenate([head, body.reshape(-1)]).astype(np.int32)
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
@@ -689,7 +692,7 @@ def repack(prog, kernels: dict) -> None:
         tab = channel_table(k.desc, weights, None if table is None else table.reshape(-1))
         if k.helium:                     # depthwise weights stay the file's taps x C
             packed = weights.reshape(-1) if k.op == "depthwise_conv2d" else pack_helium(weights)
-            tab = helium_table(tab)
+            tab = helium_table(tab, records=k.op == "conv2d")
         else:
             packed = pack_depthwise(weights) if k.op == "depthwise_conv2d" else pack_weights(weights)
         call.args = [x, add(packed), add(tab), y]
