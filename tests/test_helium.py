@@ -102,8 +102,7 @@ def expected(desc, x, w, bias, mult, shift):
 
 def helium_constants(desc, w, bias, mult, shift):
     """(packed weights, table) as the export writes them for a core with MVE."""
-    table = nn.helium_table(nn.channel_table(desc, w, tir_table(desc, bias, mult, shift)),
-                            records=desc["op"] == "conv2d")
+    table = nn.helium_table(nn.channel_table(desc, w, tir_table(desc, bias, mult, shift)), desc["op"])
     packed = w.reshape(-1) if desc["op"] == "depthwise_conv2d" else nn.pack_helium(w)
     return packed, table
 

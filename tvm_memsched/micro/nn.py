@@ -247,27 +247,34 @@ def pack_helium(w: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
-def helium_table(table: np.ndarray, records: bool = False) -> np.ndarray:
-    """A :func:`channel_table` in the Helium layout: its header (with ``TMS_PACK_HELIUM``), then int32
-    arrays of C4 (channels rounded up to 4) folded biases, multipliers, left shifts and negated right
-    shifts (zeros past the channels); with ``records`` (a convolution's) those four per channel instead.
+def helium_table(table: np.ndarray, op: str = "dense") -> np.ndarray:
+    """A :func:`channel_table` in the Helium layout of ``op``'s kernel: its header (with ``TMS_PACK_HELIUM``),
+    then int32 arrays of C4 (channels rounded up to 4) folded biases, multipliers, left shifts and negated
+    right shifts (zeros past the channels); a convolution's (``conv2d``) those four per channel instead; a
+    depthwise convolution's arrays of C8, each block of eight channels in the order 0, 2, 4, 6, 1, 3, 5, 7.
 
     >>> t = helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32))
     >>> t[:3].tolist(), t[3:].reshape(4, 4)[:, 0].tolist()
     ([5, 0, 0], [7, 1073741824, 0, -3])
-    >>> helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32), records=True)[3:].tolist()
+    >>> helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32), "conv2d")[3:].tolist()
     [7, 1073741824, 0, -3]
     """
     table = np.asarray(table, np.int64)
     head, rows = table[0].copy(), table[1:]
     c = rows.shape[0]
-    c4 = -(-c // 4) * 4
-    arrays = np.zeros((4, c4), np.int64)
+    step = 8 if op == "depthwise_conv2d" else 4
+    cp = -(-c // step) * step
+    arrays = np.zeros((4, cp), np.int64)
     arrays[0, :c], arrays[1, :c] = rows[:, 0], rows[:, 1]
     arrays[2, :c] = (rows[:, 2] >> 8) & 0xff
     arrays[3, :c] = -((rows[:, 2] >> 16) & 0xff)
     head[0] |= _HELIUM_FLAG
-    body = arrays[:, :c].T if records else arrays
+    if op == "conv2d":
+        body = arrays[:, :c].T
+    elif op == "depthwise_conv2d":       # even channels, then odd ones, in each block of eight
+        body = arrays.reshape(4, cp // 8, 4, 2).transpose(0, 1, 3, 2)
+    else:
+        body = arrays
     return np.concatenate([head, body.reshape(-1)]).astype(np.int32)
 
 
@@ -692,7 +699,7 @@ def repack(prog, kernels: dict) -> None:
         tab = channel_table(k.desc, weights, None if table is None else table.reshape(-1))
         if k.helium:                     # depthwise weights stay the file's taps x C
             packed = weights.reshape(-1) if k.op == "depthwise_conv2d" else pack_helium(weights)
-            tab = helium_table(tab, records=k.op == "conv2d")
+            tab = helium_table(tab, k.op)
         else:
             packed = pack_depthwise(weights) if k.op == "depthwise_conv2d" else pack_weights(weights)
         call.args = [x, add(packed), add(tab), y]
