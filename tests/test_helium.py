@@ -107,12 +107,12 @@ def helium_constants(desc, w, bias, mult, shift):
     return packed, table
 
 
-def scratch_bytes(desc, pointer=8):
+def scratch_bytes(desc):
     """The workspace of a Helium call (as nn._take_helium asks for it)."""
     if desc["op"] == "conv2d":
         return 4 * _k16(int(np.prod(desc["w"][1:])))
     if desc["op"] == "depthwise_conv2d":
-        return (pointer + 4) * desc["w"][1] * desc["w"][2] + _k16(desc["x"][3])
+        return 8 * desc["w"][1] * desc["w"][2] + _k16(desc["x"][3])
     return 0
 
 
@@ -161,10 +161,10 @@ def run_host(lib, desc, x, w, bias, mult, shift):
     y = np.zeros(int(np.prod(desc["y"])), np.int8)
     xa = np.ascontiguousarray(x)
     if desc["op"] == "dense":
-        lib.tms_fc_s8(ctypes.byref(Fc(**fc_struct(desc))), ptr(xa), ptr(wbuf[off:]), ptr(table), ptr(y))
+        lib.tms_fc_s8_helium(ctypes.byref(Fc(**fc_struct(desc))), ptr(xa), ptr(wbuf[off:]), ptr(table), ptr(y))
     else:
         scratch = np.zeros(scratch_bytes(desc) // 8 + 2, np.int64)
-        fn = lib.tms_conv_s8 if desc["op"] == "conv2d" else lib.tms_dwconv_s8
+        fn = lib.tms_conv_s8_helium if desc["op"] == "conv2d" else lib.tms_dwconv_s8_helium
         fn(ctypes.byref(Conv(**conv_struct(desc))), ptr(xa), ptr(wbuf[off:]), ptr(table), ptr(y), ptr(scratch))
     return y.reshape(desc["y"]), table
 
@@ -224,7 +224,7 @@ def firmware_source(all_cases):
             src.append(f"static const tms_conv_t p{i} = {{{fields}}};")
             kind = 0 if desc["op"] == "conv2d" else 1
         ny = int(np.prod(desc["y"]))
-        ymax, smax = max(ymax, ny), max(smax, scratch_bytes(desc, pointer=4))
+        ymax, smax = max(ymax, ny), max(smax, scratch_bytes(desc))
         rows.append(f"{{{kind}, &p{i}, x{i}, w{i}, (const tms_chan_t*)t{i}, e{i}, {ny}u}}")
     src += ["typedef struct { int kind; const void* p; const int8_t *x, *w; const tms_chan_t* t; const int8_t* e;"
             " unsigned n; } case_t;",
@@ -236,9 +236,9 @@ def firmware_source(all_cases):
             "  for (unsigned i = 0; i < n; ++i) {",
             "    const case_t* c = &cases[i];",
             "    memset(y, 0x55, sizeof(y));",
-            "    if (c->kind == 0) tms_conv_s8(c->p, c->x, c->w, c->t, y, (int8_t*)scratch);",
-            "    else if (c->kind == 1) tms_dwconv_s8(c->p, c->x, c->w, c->t, y, scratch);",
-            "    else if (c->kind == 2) tms_fc_s8(c->p, c->x, c->w, c->t, y);",
+            "    if (c->kind == 0) tms_conv_s8_helium(c->p, c->x, c->w, c->t, y, (int8_t*)scratch);",
+            "    else if (c->kind == 1) tms_dwconv_s8_helium(c->p, c->x, c->w, c->t, y, scratch);",
+            "    else if (c->kind == 2) tms_fc_s8_helium(c->p, c->x, c->w, c->t, y);",
             "    else tms_add_s8(c->p, c->x, c->w, y);",
             "    unsigned diff = 0;",
             "    for (unsigned j = 0; j < c->n; ++j) diff += y[j] != c->e[j];",

@@ -220,14 +220,14 @@ def select(mod, names, mve: bool = False) -> dict:
 def _take_helium(k: NnKernel) -> None:
     """Switch an integer kernel to the Helium layouts, with their workspace: a convolution's column buffer
     holds four windows of K rounded up to 16 bytes (TMS_HL_CONV_COL_BYTES); a depthwise convolution's
-    scratch a pointer (up to 8 bytes: host builds too) and an offset per tap, and C rounded up to 16 bytes
-    (TMS_HL_DW_SCRATCH_BYTES)."""
+    scratch an offset and a pointer per tap (MVE cores are 32-bit; a host build takes only the offsets), and
+    C rounded up to 16 bytes (TMS_HL_DW_SCRATCH_BYTES)."""
     k.helium = True
     d = k.desc
     if k.op == "conv2d":
         k.col_bytes = 4 * (-(-(d["w"][1] * d["w"][2] * d["w"][3]) // 16) * 16)
     elif k.op == "depthwise_conv2d":
-        k.col_bytes = 12 * d["w"][1] * d["w"][2] + -(-d["x"][3] // 16) * 16
+        k.col_bytes = 8 * d["w"][1] * d["w"][2] + -(-d["x"][3] // 16) * 16
 
 
 # ------------------------------------------------------------------ constants
@@ -594,19 +594,20 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
     var = f"{sym}_params"
     head = [f"/* {kernel.name}: {op} by the tvm_memsched microkernel library (tms_nn.c) */"]
     body = [_SIGNATURE.format(sym=sym), "  (void)self_handle; (void)num_args; (void)result;"]
+    hl = "_helium" if kernel.helium else ""       # the Helium layouts' entry points
     if op == "conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
-        body += _with_scratch(kernel, "int8_t", f"tms_conv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
+        body += _with_scratch(kernel, "int8_t", f"tms_conv_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, "
                               f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
                               "scratch);")
     elif op == "depthwise_conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
-        body += _with_scratch(kernel, "void", f"tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
+        body += _with_scratch(kernel, "void", f"tms_dwconv_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, "
                               f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
                               "scratch);")
     elif op == "dense":
         head.append(_struct("tms_fc_t", var, _fc_params(d)))
-        body.append(f"  tms_fc_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+        body.append(f"  tms_fc_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
                     f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')});")
     elif op == "add":
         head.append(_struct("tms_add_t", var, _add_params(d)))

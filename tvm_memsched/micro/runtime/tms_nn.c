@@ -596,10 +596,6 @@ TMS_MODES(fc_row, (const int8_t* x, int32_t xstep, const int8_t* w, const tms_ch
 
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
                  int8_t* col) {
-  if (tab[0].bias & TMS_PACK_HELIUM) {
-    hl_conv(out_mode(tab, p->act_min, p->act_max), p, x, w, tab, y, col);
-    return;
-  }
   const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, oc = p->out_c;
   const int32_t npix = p->out_h * p->out_w;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
@@ -743,10 +739,6 @@ __attribute__((naked, noinline, unused)) static void fc_groups_m4(const tms_fcjo
 
 
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
-  if (tab[0].bias & TMS_PACK_HELIUM) {
-    hl_fc(out_mode(tab, p->act_min, p->act_max), p, x, w, tab, y);
-    return;
-  }
   const int32_t K = p->in_n, n = p->out_n;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
   const int mode = out_mode(tab, p->act_min, p->act_max);
@@ -1023,10 +1015,6 @@ TMS_MODES(dw_pixel, (const tms_conv_t* p, const int8_t* xw, const int8_t* w, con
 
 void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
                    void* scratch) {
-  if (tab[0].bias & TMS_PACK_HELIUM) {
-    hl_dw(out_mode(tab, p->act_min, p->act_max), p, x, w, tab, y, scratch);
-    return;
-  }
   const int32_t C = p->in_c, taps = p->kh * p->kw;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
   const int mode = out_mode(tab, p->act_min, p->act_max);

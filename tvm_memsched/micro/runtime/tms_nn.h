@@ -148,9 +148,10 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
 /* the same for the Helium layouts (TMS_PACK_HELIUM): four windows, each rounded up to 16 bytes; a depthwise
- * convolution's scratch then (instead of TMS_DW_SCRATCH_BYTES): a pointer and an offset per tap, C bytes */
+ * convolution's scratch then (instead of TMS_DW_SCRATCH_BYTES): an offset and (Helium: a 32-bit core) a
+ * pointer per tap, C bytes */
 #define TMS_HL_CONV_COL_BYTES(kh, kw, in_c) (4u * ((((unsigned)(kh) * (kw) * (in_c)) + 15u) & ~15u))
-#define TMS_HL_DW_SCRATCH_BYTES(taps, c) ((unsigned)(sizeof(void*) + 4u) * (unsigned)(taps) + (((unsigned)(c) + 15u) & ~15u))
+#define TMS_HL_DW_SCRATCH_BYTES(taps, c) (8u * (unsigned)(taps) + (((unsigned)(c) + 15u) & ~15u))
 
 /* CONV_2D (groups 1), NHWC, packed weights; col: TMS_CONV_COL_BYTES bytes, 4-byte aligned. */
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
@@ -161,6 +162,14 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
                    void* scratch);
 /* FULLY_CONNECTED: rows x in_n -> rows x out_n, packed weights (weight zero point 0). */
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
+/* The same three over the Helium layouts (tvm_memsched.micro.nn.pack_helium, helium_table: TMS_PACK_HELIUM),
+ * written for cores with MVE (plain C elsewhere); col: TMS_HL_CONV_COL_BYTES, scratch: TMS_HL_DW_SCRATCH_BYTES
+ * bytes, 4-byte aligned. */
+void tms_conv_s8_helium(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                        int8_t* col);
+void tms_dwconv_s8_helium(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                          void* scratch);
+void tms_fc_s8_helium(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
 /* ADD / SUB of two int8 tensors of the same shape (TFLite's AddFunc: both inputs rescaled after a left
  * shift, summed, rescaled to the output). */
 void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y);
