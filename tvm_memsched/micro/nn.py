@@ -220,8 +220,7 @@ def select(mod, names, mve: bool = False) -> dict:
 def _take_helium(k: NnKernel) -> None:
     """Switch an integer kernel to the Helium layouts, with their workspace: a convolution's column buffer
     holds four windows of K rounded up to 16 bytes (TMS_HL_CONV_COL_BYTES); a depthwise convolution's
-    scratch an offset and a pointer per tap (MVE cores are 32-bit; a host build takes only the offsets), and
-    C rounded up to 16 bytes (TMS_HL_DW_SCRATCH_BYTES)."""
+    scratch two offsets per tap and C rounded up to 16 bytes (TMS_HL_DW_SCRATCH_BYTES)."""
     k.helium = True
     d = k.desc
     if k.op == "conv2d":

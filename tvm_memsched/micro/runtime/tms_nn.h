@@ -148,8 +148,7 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
 /* the same for the Helium layouts (TMS_PACK_HELIUM): four windows, each rounded up to 16 bytes; a depthwise
- * convolution's scratch then (instead of TMS_DW_SCRATCH_BYTES): an offset and (Helium: a 32-bit core) a
- * pointer per tap, C bytes */
+ * convolution's scratch then (instead of TMS_DW_SCRATCH_BYTES): two offsets per tap, C rounded up to 16 bytes */
 #define TMS_HL_CONV_COL_BYTES(kh, kw, in_c) (4u * ((((unsigned)(kh) * (kw) * (in_c)) + 15u) & ~15u))
 #define TMS_HL_DW_SCRATCH_BYTES(taps, c) (8u * (unsigned)(taps) + (((unsigned)(c) + 15u) & ~15u))
 
