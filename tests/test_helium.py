@@ -31,13 +31,14 @@ def _k16(k):
     return -(-k // 16) * 16
 
 
-def random_conv_case(rng, depthwise, extreme=False):
-    """A random convolution (depthwise: depth multiplier 1) as (desc, x, w, bias, mult, shift)."""
+def random_conv_case(rng, depthwise, extreme=False, pointwise=False):
+    """A random convolution (depthwise: depth multiplier 1; ``pointwise``: 1 x 1, stride 1) as (desc, x, w,
+    bias, mult, shift)."""
     n = int(rng.integers(1, 3))
     c = int(rng.integers(1, 41)) if depthwise else int(rng.integers(1, 24))
     oc = c if depthwise else int(rng.integers(1, 22))
-    kh, kw = int(rng.integers(1, 5)), int(rng.integers(1, 5))
-    stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    kh, kw = (1, 1) if pointwise else (int(rng.integers(1, 5)), int(rng.integers(1, 5)))
+    stride = (1, 1) if pointwise else (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
     dil = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
     h, wd = int(rng.integers(kh * dil[0], 9)), int(rng.integers(kw * dil[1], 9))
     pad = (int(rng.integers(0, kh)), int(rng.integers(0, kw)))
@@ -138,7 +139,7 @@ def cases(seed, count):
     out = []
     for i in range(count):
         extreme = i % 4 == 3
-        out.append(random_conv_case(rng, False, extreme))
+        out.append(random_conv_case(rng, False, extreme, pointwise=i % 3 == 1))
         out.append(random_conv_case(rng, True, extreme))
         out.append(random_fc_case(rng, extreme))
     return out
