@@ -14,8 +14,12 @@
  *     the host). TMS_NN_EMULATE_DSP compiles the DSP path with portable C for the instructions, so
  *     the host can test it; TMS_NN_NO_DSP forces the plain path;
  *   - on cores with Helium (__ARM_FEATURE_MVE: Cortex-M55/M85) the convolution and fully connected dot
- *     products as predicated 16-lane int8 reductions (VMLADAVA, 16 products per instruction) over the same
- *     packed layouts, tails predicated with VCTP; TMS_NN_NO_MVE forces the DSP path.
+ *     products as predicated 16-lane int8 reductions (VMLADAVA, 16 products per instruction), tails
+ *     predicated with VCTP; TMS_NN_NO_MVE forces the DSP path. An export for such a core packs its
+ *     convolutions, depthwise convolutions and fully connected layers in the Helium layouts instead and
+ *     calls their own entry points (tms_nn_helium.inc: K-contiguous weights, four pixels per weight load,
+ *     lane-parallel depthwise, vector requantisation; plain C where built without MVE); ADD runs four lanes
+ *     at a time.
  * Weights come packed by tvm_memsched.micro.nn (same bytes, another order, rows padded to four):
  * channel pairs interleaved every four reduction elements, [OC/2][K/4][2][4]; depthwise weights
  * as four-channel blocks of every tap, [C/4][taps][4]. Each convolution
