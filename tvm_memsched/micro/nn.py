@@ -32,9 +32,11 @@ For a core with Helium (``select(..., mve=True)``: Cortex-M55/M85) the integer
 convolutions, depthwise convolutions and fully connected layers get the
 library's Helium layouts instead (``runtime/tms_nn_helium.inc``): each output
 channel's weights contiguous and padded to 16 bytes, 4 channels more at most
-(:func:`pack_helium`; depthwise weights as in the file), and a channel table of
-int32 arrays four channels can be loaded from (:func:`helium_table`), flagged
-``TMS_PACK_HELIUM`` in its header so the library takes the 16-lane kernels.
+(:func:`pack_helium`; depthwise weights as in the file), and a channel table
+whose parameters the vector code loads directly (:func:`helium_table`, flagged
+``TMS_PACK_HELIUM`` in its header); their wrappers call the library's Helium
+entry points (``tms_conv_s8_helium``, ...) with a larger workspace (four
+windows instead of two).
 
 Besides these, the library computes the float kernels of
 :class:`~tvm_memsched.relax.passes.float_kernels.FloatKernels` (float32 or
