@@ -434,7 +434,8 @@ def test_new_cores_run_int8_and_float_models_bit_identical_to_tflite_micro(board
         assert "vs TFLite Micro: bit-identical (ok)" in proc.stdout or (
             "float32" in name and "vs TFLite Micro: max abs diff" in proc.stdout and "(ok)" in proc.stdout)
         macs = re.search(r"([\d,]+) instructions \(([\d.]+) per multiply-accumulate", proc.stdout)
-        assert macs and int(macs.group(1).replace(",", "")) > 1000
+        # at most 16 multiply-accumulates per instruction (Helium's widest): a smaller count would be wrong
+        assert macs and int(macs.group(1).replace(",", "")) > 0 and float(macs.group(2)) >= 1 / 16
 
 
 # ----------------------------------------------------------------------- CLI

@@ -554,7 +554,7 @@ def export(mod, board, out_dir: str, options: PipelineOptions | None = None, *, 
         if kernel_mode in ("fast", "auto"):
             from .nn import params_fit, select
 
-            found = {n: k for n, k in select(pre_ours, called_ours).items() if params_fit(k)}
+            found = {n: k for n, k in select(pre_ours, called_ours, mve=board.mve).items() if params_fit(k)}
             for k in found.values():
                 k.fma = float_fma
             if found:

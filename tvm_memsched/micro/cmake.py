@@ -167,7 +167,7 @@ def write_cmake(exp) -> dict:
     board, out = exp.board, exp.out_dir
     model_sources = [os.path.basename(exp.files[k]) for k in ("source", "kernels", "params")]
     runtime_sources = ["tvm_memsched_rt.c"] + (["tms_nn.c"] if "tms_nn_c" in exp.files else [])
-    headers = ["tms_nn.h", "tms_nn_float.inc"] if "tms_nn_c" in exp.files else []
+    headers = ["tms_nn.h", "tms_nn_float.inc", "tms_nn_helium.inc"] if "tms_nn_c" in exp.files else []
     cpu_flags = " ".join(board.cflags())
     values = {"NAME": exp.name, "BOARD": board.name, "CORE": board.core, "CPU_FLAGS": cpu_flags,
               "CLANG_CPU_FLAGS": " ".join(clang_cflags(board)),

@@ -76,12 +76,18 @@ def compile_model(exp, build_dir: str, board: Board | None = None, extra_sources
 
 
 def naked_frames(path: str) -> dict:
-    """``{function: stack bytes}`` of the naked (hand-written assembly) functions of a C file: the registers
-    its ``push`` saves and its ``sub sp, sp, #N``."""
+    """``{function: stack bytes}`` of the naked (hand-written assembly) functions of a C file and of the
+    ``.inc`` files it includes from its directory: the registers its ``push`` and ``vpush`` save and its
+    ``sub sp, sp, #N``."""
     import re
 
     with open(path, encoding="utf-8") as f:
         text = f.read()
+    for inc in re.findall(r'#include "([\w.]+\.inc)"', text):
+        inc_path = os.path.join(os.path.dirname(path), inc)
+        if os.path.exists(inc_path):
+            with open(inc_path, encoding="utf-8") as f:
+                text += "\n" + f.read()
     out = {}
     for m in re.finditer(r"__attribute__\(\(naked[^)]*\)\)\s*static\s+void\s+(\w+)\(", text):
         body = text[m.end():text.find("\n}", m.end())]
@@ -90,6 +96,8 @@ def naked_frames(path: str) -> dict:
         for part in (push.group(1).split(",") if push else []):
             a, _, b = part.strip().partition("-")
             regs += (int(b.strip()[1:]) - int(a[1:]) + 1) if b else 1
+        vpush = re.search(r"vpush \{d(\d+)-d(\d+)\}", body)
+        regs += 2 * (int(vpush.group(2)) - int(vpush.group(1)) + 1) if vpush else 0
         sub = re.search(r"sub sp, sp, #(\d+)", body)
         out[m.group(1)] = 4 * regs + (int(sub.group(1)) if sub else 0)
     return out

@@ -28,6 +28,16 @@ and prepares their constants at compile time:
   variants (integer output modes, float kernels with or without fused
   multiply-add) that the calls reach, so the others cost no flash.
 
+For a core with Helium (``select(..., mve=True)``: Cortex-M55/M85) the integer
+convolutions, depthwise convolutions and fully connected layers get the
+library's Helium layouts instead (``runtime/tms_nn_helium.inc``): each output
+channel's weights contiguous and padded to 16 bytes, 4 channels more at most
+(:func:`pack_helium`; depthwise weights as in the file), and a channel table
+whose parameters the vector code loads directly (:func:`helium_table`, flagged
+``TMS_PACK_HELIUM`` in its header); their wrappers call the library's Helium
+entry points (``tms_conv_s8_helium``, ...) with a larger workspace (four
+windows instead of two).
+
 Besides these, the library computes the float kernels of
 :class:`~tvm_memsched.relax.passes.float_kernels.FloatKernels` (float32 or
 float16 weights) and the dynamic-range quantized ("hybrid") kernels of
@@ -58,13 +68,16 @@ import numpy as np
 __all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table",
            "hybrid_scratch_bytes", "input_dies", "pack_weights", "pack_depthwise", "channel_table", "call_macs",
            "params_fit", "library_variants", "config_header", "MODES", "LIBRARY_FILES",
-           "SUMS_MIN_POSITIONS"]
+           "SUMS_MIN_POSITIONS", "pack_helium", "helium_table", "HELIUM_OPS"]
 
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
 MODES = ("fast", "tvm")
 #: the library's files in ``micro/runtime``
-LIBRARY_FILES = ("tms_nn.c", "tms_nn.h", "tms_nn_float.inc")
+LIBRARY_FILES = ("tms_nn.c", "tms_nn.h", "tms_nn_float.inc", "tms_nn_helium.inc")
 _FAST_FLAG = 1
+_HELIUM_FLAG = 4                # TMS_PACK_HELIUM: weights and table in the Helium layouts
+#: integer kernels the library computes in its Helium layouts on cores with MVE
+HELIUM_OPS = ("conv2d", "depthwise_conv2d", "dense")
 _SUMS_FLAG = 128                # TMS_F_SUMS: a hybrid kernel's weight sums in its table
 #: a hybrid convolution or fully connected layer with fewer output positions (pixels times batches, or rows)
 #: keeps its weight sums in flash: computing them per call costs about 1 / (2 x positions) of its MACs' time
@@ -88,6 +101,7 @@ class NnKernel:
     col_bytes: int = 0          # workspace: a convolution's column buffer, a depthwise convolution's scratch
     fma: bool = True            # float kernels: fused multiply-add (else TVM's floats exactly)
     sums_in_table: bool = False  # hybrid convolutions, fully connected: weight sums in flash (else per call)
+    helium: bool = False        # integer kernels: the Helium layouts (:func:`select` with ``mve``)
 
     def workspace_events(self) -> list[tuple[str, int]]:
         """The workspace requests of the wrapper as :func:`tvm_memsched.micro.kernels.workspace_requests`
@@ -163,9 +177,10 @@ def _supported(desc: dict) -> str | None:
     return None
 
 
-def select(mod, names) -> dict:
+def select(mod, names, mve: bool = False) -> dict:
     """``{PrimFunc name: NnKernel}`` for the kernels among ``names`` the library computes (see the module
-    docstring); ``mod`` is the module whose ``main`` calls them (after ``CallTIRRewrite``)."""
+    docstring); ``mod`` is the module whose ``main`` calls them (after ``CallTIRRewrite``); ``mve``: the
+    target core has Helium, so the integer kernels of :data:`HELIUM_OPS` take the Helium layouts."""
     import tvm
 
     from ..relax.int8.kernels import description
@@ -188,6 +203,8 @@ def select(mod, names) -> dict:
             k.col_bytes = 2 * (-(-(kh * kw * ic) // 4) * 4)
         elif k.op == "depthwise_conv2d":      # tap offsets, a border pixel's gathered window, tap validity
             k.col_bytes = 9 * desc["w"][1] * desc["w"][2]
+        if mve and k.op in HELIUM_OPS:
+            _take_helium(k)
         found[name] = k
     if not found:
         return found
@@ -202,7 +219,66 @@ def select(mod, names) -> dict:
     return found
 
 
+def _take_helium(k: NnKernel) -> None:
+    """Switch an integer kernel to the Helium layouts, with their workspace: a convolution's column buffer
+    holds four windows of K rounded up to 16 bytes (TMS_HL_CONV_COL_BYTES); a depthwise convolution's
+    scratch two offsets per tap and C rounded up to 16 bytes (TMS_HL_DW_SCRATCH_BYTES)."""
+    k.helium = True
+    d = k.desc
+    if k.op == "conv2d":
+        k.col_bytes = 4 * (-(-(d["w"][1] * d["w"][2] * d["w"][3]) // 16) * 16)
+    elif k.op == "depthwise_conv2d":
+        k.col_bytes = 8 * d["w"][1] * d["w"][2] + -(-d["x"][3] // 16) * 16
+
+
 # ------------------------------------------------------------------ constants
+def pack_helium(w: np.ndarray) -> np.ndarray:
+    """``(rows, ...)`` int8 weights in the Helium layout: each row's K elements contiguous and padded with
+    zeros to a multiple of 16, rows padded to a multiple of 4: ``[rows4][K16]``.
+
+    >>> pack_helium(np.arange(1, 4, dtype=np.int8).reshape(1, 3)).reshape(4, 16)[:2, :4].tolist()
+    [[1, 2, 3, 0], [0, 0, 0, 0]]
+    """
+    w = np.asarray(w, np.int8)
+    rows = w.shape[0]
+    flat = w.reshape(rows, -1)
+    k16, r4 = -(-flat.shape[1] // 16) * 16, -(-rows // 4) * 4
+    out = np.zeros((r4, k16), np.int8)
+    out[:rows, :flat.shape[1]] = flat
+    return out.reshape(-1)
+
+
+def helium_table(table: np.ndarray, op: str = "dense") -> np.ndarray:
+    """A :func:`channel_table` in the Helium layout of ``op``'s kernel: its header (with ``TMS_PACK_HELIUM``),
+    then int32 arrays of C4 (channels rounded up to 4) folded biases, multipliers, left shifts and negated
+    right shifts (zeros past the channels); a convolution's (``conv2d``) those four per channel instead; a
+    depthwise convolution's arrays of C8, each block of eight channels in the order 0, 2, 4, 6, 1, 3, 5, 7.
+
+    >>> t = helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32))
+    >>> t[:3].tolist(), t[3:].reshape(4, 4)[:, 0].tolist()
+    ([5, 0, 0], [7, 1073741824, 0, -3])
+    >>> helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32), "conv2d")[3:].tolist()
+    [7, 1073741824, 0, -3]
+    """
+    table = np.asarray(table, np.int64)
+    head, rows = table[0].copy(), table[1:]
+    c = rows.shape[0]
+    step = 8 if op == "depthwise_conv2d" else 4
+    cp = -(-c // step) * step
+    arrays = np.zeros((4, cp), np.int64)
+    arrays[0, :c], arrays[1, :c] = rows[:, 0], rows[:, 1]
+    arrays[2, :c] = (rows[:, 2] >> 8) & 0xff
+    arrays[3, :c] = -((rows[:, 2] >> 16) & 0xff)
+    head[0] |= _HELIUM_FLAG
+    if op == "conv2d":
+        body = arrays[:, :c].T
+    elif op == "depthwise_conv2d":       # even channels, then odd ones, in each block of eight
+        body = arrays.reshape(4, cp // 8, 4, 2).transpose(0, 1, 3, 2)
+    else:
+        body = arrays
+    return np.concatenate([head, body.reshape(-1)]).astype(np.int32)
+
+
 def pack_weights(w: np.ndarray) -> np.ndarray:
     """``(rows, ...)`` int8 weights as the library reads them: rows padded to an even count and each to a
     multiple of four, then channel pairs interleaved every four elements: ``[rows/2][K/4][2][4]``."""
@@ -519,19 +595,20 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
     var = f"{sym}_params"
     head = [f"/* {kernel.name}: {op} by the tvm_memsched microkernel library (tms_nn.c) */"]
     body = [_SIGNATURE.format(sym=sym), "  (void)self_handle; (void)num_args; (void)result;"]
+    hl = "_helium" if kernel.helium else ""       # the Helium layouts' entry points
     if op == "conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
-        body += _with_scratch(kernel, "int8_t", f"tms_conv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
+        body += _with_scratch(kernel, "int8_t", f"tms_conv_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, "
                               f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
                               "scratch);")
     elif op == "depthwise_conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
-        body += _with_scratch(kernel, "void", f"tms_dwconv_s8(&{var}, {_arg(0, 'const int8_t*')}, "
+        body += _with_scratch(kernel, "void", f"tms_dwconv_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, "
                               f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
                               "scratch);")
     elif op == "dense":
         head.append(_struct("tms_fc_t", var, _fc_params(d)))
-        body.append(f"  tms_fc_s8(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
+        body.append(f"  tms_fc_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, {_arg(1, 'const int8_t*')}, "
                     f"{_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')});")
     elif op == "add":
         head.append(_struct("tms_add_t", var, _add_params(d)))
@@ -621,8 +698,12 @@ def repack(prog, kernels: dict) -> None:
         table = param(call.args[2]) if k._has_table else None
         y = call.args[-1]
         weights = param(w).reshape(w.shape)
-        packed = pack_depthwise(weights) if k.op == "depthwise_conv2d" else pack_weights(weights)
         tab = channel_table(k.desc, weights, None if table is None else table.reshape(-1))
+        if k.helium:                     # depthwise weights stay the file's taps x C
+            packed = weights.reshape(-1) if k.op == "depthwise_conv2d" else pack_helium(weights)
+            tab = helium_table(tab, k.op)
+        else:
+            packed = pack_depthwise(weights) if k.op == "depthwise_conv2d" else pack_weights(weights)
         call.args = [x, add(packed), add(tab), y]
     _drop_unused_params(prog)
 

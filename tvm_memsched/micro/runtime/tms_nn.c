@@ -661,6 +661,9 @@ static void im2col(const tms_conv_t* p, const int8_t* x, int32_t oy, int32_t ox,
   }
 }
 
+/* the kernels over the Helium layouts (TMS_PACK_HELIUM) */
+#include "tms_nn_helium.inc"
+
 /* ------------------------------------------------------------------ CONV_2D */
 #if TMS_ASM
 /* The fast requantisation of conv_two for all channel pairs of two pixels, hand-scheduled for
@@ -1459,6 +1462,10 @@ TMS_DRIVER void add_fast_10(const tms_add_t* p, const int8_t* a, const int8_t* b
 TMS_DRIVER void add_fast_11(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(1, 1, p, a, b, y); }
 
 void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) {
+#if TMS_MVE
+  hl_add(p, a, b, y);   /* four lanes at a time, exact in every case (tms_nn_helium.inc) */
+  return;
+#endif
   if ((p->flags & (TMS_RQ_FAST | TMS_ADD_SUB)) == TMS_RQ_FAST) { /* an input stage with right shift 0: SRDHM alone */
     int aw = TMS_RIGHT(p->a_shift) == 0, bw = TMS_RIGHT(p->b_shift) == 0;
     if (aw && bw)

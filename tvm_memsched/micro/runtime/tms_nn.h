@@ -14,8 +14,12 @@
  *     the host). TMS_NN_EMULATE_DSP compiles the DSP path with portable C for the instructions, so
  *     the host can test it; TMS_NN_NO_DSP forces the plain path;
  *   - on cores with Helium (__ARM_FEATURE_MVE: Cortex-M55/M85) the convolution and fully connected dot
- *     products as predicated 16-lane int8 reductions (VMLADAVA, 16 products per instruction) over the same
- *     packed layouts, tails predicated with VCTP; TMS_NN_NO_MVE forces the DSP path.
+ *     products as predicated 16-lane int8 reductions (VMLADAVA, 16 products per instruction), tails
+ *     predicated with VCTP; TMS_NN_NO_MVE forces the DSP path. An export for such a core packs its
+ *     convolutions, depthwise convolutions and fully connected layers in the Helium layouts instead and
+ *     calls their own entry points (tms_nn_helium.inc: K-contiguous weights, four pixels per weight load,
+ *     lane-parallel depthwise, vector requantisation; plain C where built without MVE); ADD runs four lanes
+ *     at a time.
  * Weights come packed by tvm_memsched.micro.nn (same bytes, another order, rows padded to four):
  * channel pairs interleaved every four reduction elements, [OC/2][K/4][2][4]; depthwise weights
  * as four-channel blocks of every tap, [C/4][taps][4]. Each convolution
@@ -46,6 +50,8 @@ typedef struct {
 
 /* header entry (table[0]): flags */
 #define TMS_RQ_FAST 1
+/* the call's weights and table are in the Helium layouts (tms_nn_helium.inc: written for cores with MVE) */
+#define TMS_PACK_HELIUM 4
 
 typedef struct {
   uint16_t batch, in_h, in_w, in_c, out_h, out_w, out_c;
@@ -145,6 +151,10 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
 
 /* bytes of column buffer tms_conv_s8 needs */
 #define TMS_CONV_COL_BYTES(kh, kw, in_c) (2u * ((((unsigned)(kh) * (kw) * (in_c)) + 3u) & ~3u))
+/* the same for the Helium layouts (TMS_PACK_HELIUM): four windows, each rounded up to 16 bytes; a depthwise
+ * convolution's scratch then (instead of TMS_DW_SCRATCH_BYTES): two offsets per tap, C rounded up to 16 bytes */
+#define TMS_HL_CONV_COL_BYTES(kh, kw, in_c) (4u * ((((unsigned)(kh) * (kw) * (in_c)) + 15u) & ~15u))
+#define TMS_HL_DW_SCRATCH_BYTES(taps, c) (8u * (unsigned)(taps) + (((unsigned)(c) + 15u) & ~15u))
 
 /* CONV_2D (groups 1), NHWC, packed weights; col: TMS_CONV_COL_BYTES bytes, 4-byte aligned. */
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
@@ -155,6 +165,14 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
                    void* scratch);
 /* FULLY_CONNECTED: rows x in_n -> rows x out_n, packed weights (weight zero point 0). */
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
+/* The same three over the Helium layouts (tvm_memsched.micro.nn.pack_helium, helium_table: TMS_PACK_HELIUM),
+ * written for cores with MVE (plain C elsewhere); col: TMS_HL_CONV_COL_BYTES, scratch: TMS_HL_DW_SCRATCH_BYTES
+ * bytes, 4-byte aligned. */
+void tms_conv_s8_helium(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                        int8_t* col);
+void tms_dwconv_s8_helium(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                          void* scratch);
+void tms_fc_s8_helium(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y);
 /* ADD / SUB of two int8 tensors of the same shape (TFLite's AddFunc: both inputs rescaled after a left
  * shift, summed, rescaled to the output). */
 void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y);
