@@ -322,7 +322,13 @@ static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
  * back). MULS overwrites one of its operands and LDRSB takes only a register offset, so
  * the streams share one index register counting up to 0 (the bases point past their ends) and each
  * product reloads the operand it consumes; the accumulators live in r8-r11 (ADD reaches high registers).
- * TMS_V6M_SAVE / TMS_V6M_RESTORE: r4-r11 pushed and popped. */
+ * TMS_V6M_SAVE / TMS_V6M_RESTORE: r4-r11 pushed and popped. Clang's assembler takes the unified syntax
+ * only (and has no ".syntax divided" to go back to). */
+#if defined(__clang__)
+#define TMS_V6M_SYNTAX_BACK ""
+#else
+#define TMS_V6M_SYNTAX_BACK ".syntax divided\n\t"
+#endif
 #define TMS_V6M_SAVE                                                                      \
   ".syntax unified\n\t"                                                                     \
   "push {r4-r7, lr}\n\t"                                                                   \
@@ -338,7 +344,7 @@ static tms_out_t out_params(int32_t zp, int32_t lo, int32_t hi) {
   "mov r10, r6\n\t"                                                                         \
   "mov r11, r7\n\t"                                                                         \
   "pop {r4-r7, pc}\n\t"                                                                      \
-  ".syntax divided\n\t"
+  TMS_V6M_SYNTAX_BACK
 /* acc[0..3] (a00, a01, a10, a11) to r8-r11 and back, through r4 (acc in r3 at entry, then on the stack) */
 #define TMS_V6M_ACC_IN(p)                                                                 \
   "ldr r4, [" p ", #0]\n\t"                                                                 \
@@ -661,8 +667,11 @@ static void im2col(const tms_conv_t* p, const int8_t* x, int32_t oy, int32_t ox,
   }
 }
 
-/* the kernels over the Helium layouts (TMS_PACK_HELIUM) */
+/* the kernels over the Helium layouts (TMS_PACK_HELIUM): exported for cores with MVE only, so compiled
+ * there and on the host (their plain C, tested against TFLite's arithmetic), not into other firmware */
+#if TMS_MVE || defined(__ARM_FEATURE_MVE) || !defined(__arm__)
 #include "tms_nn_helium.inc"
+#endif
 
 /* ------------------------------------------------------------------ CONV_2D */
 #if TMS_ASM
