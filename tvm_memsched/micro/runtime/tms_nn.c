@@ -1186,6 +1186,9 @@ typedef struct {
   int32_t ystep;         /* 56: C */
 } tms_dwjob_t;
 
+/* channels per assembly call of a border pixel (a row of the input zero point that long on the stack) */
+#define TMS_DW_ZP_MAX 64
+
 __attribute__((naked, noinline)) static void dw_row_m4(const tms_dwjob_t* job __attribute__((unused))) {
   __asm__ volatile(
       "push {r4-r11, lr}\n\t"
@@ -1352,6 +1355,14 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
   uint8_t* valid = (uint8_t*)(win + taps);
   for (int32_t ky = 0, t = 0; ky < p->kh; ++ky)
     for (int32_t kx = 0; kx < p->kw; ++kx, ++t) toff[t] = ((ky * p->dh) * p->in_w + kx * p->dw) * C;
+#if TMS_ASM
+  /* border pixels in assembly too: a tap outside the image reads a row of the input zero point, its
+   * offset in ``win`` pointing there from the pixel's window origin */
+  int32_t zrow[TMS_DW_ZP_MAX / 4];
+  const int border_asm = mode != TMS_EXACT && (C & 3) == 0 && C > 0;
+  if (border_asm)
+    for (int32_t i = 0; i < TMS_DW_ZP_MAX / 4; ++i) zrow[i] = (int32_t)((uint32_t)(uint8_t)p->in_zp * 0x01010101u);
+#endif
   for (int32_t b = 0; b < p->batch; ++b) {
     const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * C;
     for (int32_t oy = 0; oy < p->out_h; ++oy) {
@@ -1391,6 +1402,31 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
         }
         /* window origin (may lie outside the image: only valid taps are read through it) */
         const int8_t* xw = xb + ((intptr_t)iy0 * p->in_w + ix0) * C;
+#if TMS_ASM
+        if (border_asm) {
+          const int32_t* to = toff;
+          if (vp != NULL) {
+            const int32_t zoff = (int32_t)((intptr_t)zrow - (intptr_t)xw);
+            for (int32_t t = 0; t < taps; ++t) win[t] = valid[t] ? toff[t] : zoff;
+            to = (const int32_t*)win;
+          }
+          /* chunks of at most TMS_DW_ZP_MAX channels, each from its own window origin (the zero row's
+           * offset is the same from each) */
+          tms_dwjob_t job = {xw, to, w, tab + 1, y, taps / 2, taps & 1, 0, o.z21,
+                             (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
+                             (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP, 1, 0, C};
+          for (int32_t c = 0; c < C; c += TMS_DW_ZP_MAX) {
+            const int32_t n = C - c < TMS_DW_ZP_MAX ? C - c : TMS_DW_ZP_MAX;
+            job.blocks = n / 4;
+            dw_row_m4(&job);
+            job.xw += n;
+            job.w += n * taps;
+            job.ch += n;
+            job.y += n;
+          }
+          continue;
+        }
+#endif
         dw_pixel(mode, p, xw, w, tab + 1, toff, vp, win, y, &o);
       }
     }
