@@ -1494,7 +1494,78 @@ TMS_DRIVER void add_fast_01(const tms_add_t* p, const int8_t* a, const int8_t* b
 TMS_DRIVER void add_fast_10(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(1, 0, p, a, b, y); }
 TMS_DRIVER void add_fast_11(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(1, 1, p, a, b, y); }
 
+#if TMS_ASM
+/* add_fast_impl for the usual TFLite ADD, hand-scheduled for ARMv7E-M: left shift 20, the output's full
+ * int8 range, and one input ("w") with multiplier 2^30 and right shift 0 (the input of the larger scale:
+ * real multiplier 1/2), whose stage SRDHM((w + wo) 2^20, 2^30) is exactly (w + wo) 2^19 (an even product
+ * halved). rq_fast's doubled sum is then 2 s_n + (w + wo) 2^20, where 2 s_n = ((u >> e) + 1) & ~1 for the
+ * other input's rescale_fast (u its SMMULR, less one if negative); (wo 2^20 is even, so it joins the + 1
+ * before the & ~1). Two elements per iteration; constants loaded by one LDM. */
+typedef struct {
+  const int8_t* w;       /*  0: the input of multiplier 2^30 */
+  const int8_t* n;       /*  4: the other input */
+  int8_t* y;             /*  8 */
+  int32_t pairs;         /* 12: elements / 2 >= 1 */
+  int32_t no21;          /* 16: n's offset << 21 */
+  int32_t nm, ni;        /* 20, 24: n's multiplier and shifts (e = the low byte) */
+  int32_t c1;            /* 28: 1 + (w's offset << 20) */
+  int32_t om, oi;        /* 32, 36: the output's multiplier and shifts */
+  int32_t z21;           /* 40: 2 zp + 1 */
+} tms_addjob_t;
+
+#define TMS_ASM_ADD1                                                                      \
+  "ldrsb r12, [r2], #1\n\t"                                                               \
+  "ldrsb lr, [r1], #1\n\t"                                                                \
+  "add r12, r5, r12, lsl #21\n\t"                                                         \
+  "smmulr r12, r12, r6\n\t"                                                               \
+  "sub r12, r12, r12, lsr #31\n\t"                                                        \
+  "asr r12, r12, r7\n\t"                                                                  \
+  "add r12, r12, r8\n\t"                                                                  \
+  "bic r12, r12, #1\n\t"                                                                  \
+  "add r12, r12, lr, lsl #20\n\t"                                                         \
+  "smmulr r12, r12, r9\n\t"                                                               \
+  "sub r12, r12, r12, lsr #31\n\t"                                                        \
+  "asr r12, r12, r10\n\t"                                                                 \
+  "add r12, r12, r11\n\t"                                                                 \
+  "ssat r12, #8, r12, asr #1\n\t"                                                         \
+  "strb r12, [r3], #1\n\t"
+
+__attribute__((naked, noinline)) static void add_pairs_m4(const tms_addjob_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldm r0, {r1-r11}\n\t"
+      "1:\n\t"
+      TMS_ASM_ADD1
+      TMS_ASM_ADD1
+      "subs r4, r4, #1\n\t"
+      "bne 1b\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#endif
+
 void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) {
+#if TMS_ASM
+  if ((p->flags & (TMS_RQ_FAST | TMS_ADD_SUB)) == TMS_RQ_FAST && p->left_shift == 20 && p->act_min <= -128 &&
+      p->act_max >= 127 && p->n >= 2) {
+    const int aw = p->a_mult == (1 << 30) && TMS_RIGHT(p->a_shift) == 0;
+    const int bw = p->b_mult == (1 << 30) && TMS_RIGHT(p->b_shift) == 0;
+    if (aw != bw) { /* the other input's right shift is >= 1 (rescale_fast's form) */
+      const tms_addjob_t job = {aw ? a : b, aw ? b : a, y, (int32_t)(p->n / 2),
+                                (int32_t)((uint32_t)(aw ? p->b_off : p->a_off) << 21), aw ? p->b_mult : p->a_mult,
+                                aw ? p->b_shift : p->a_shift,
+                                (int32_t)(1u + ((uint32_t)(aw ? p->a_off : p->b_off) << 20)), p->out_mult,
+                                p->out_shift, 2 * p->out_zp + 1};
+      add_pairs_m4(&job);
+      if (p->n & 1) { /* the last element in C */
+        tms_add_t last = *p;
+        const uint32_t i = p->n - 1;
+        last.n = 1;
+        tms_add_s8(&last, a + i, b + i, y + i);
+      }
+      return;
+    }
+  }
+#endif
   if ((p->flags & (TMS_RQ_FAST | TMS_ADD_SUB)) == TMS_RQ_FAST) { /* an input stage with right shift 0: SRDHM alone */
     int aw = TMS_RIGHT(p->a_shift) == 0, bw = TMS_RIGHT(p->b_shift) == 0;
     if (aw && bw)
