@@ -1404,19 +1404,17 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
         const int8_t* xw = xb + ((intptr_t)iy0 * p->in_w + ix0) * C;
 #if TMS_ASM
         if (border_asm) {
-          const int32_t* to = toff;
-          if (vp != NULL) {
-            const int32_t zoff = (int32_t)((intptr_t)zrow - (intptr_t)xw);
-            for (int32_t t = 0; t < taps; ++t) win[t] = valid[t] ? toff[t] : zoff;
-            to = (const int32_t*)win;
-          }
-          /* chunks of at most TMS_DW_ZP_MAX channels, each from its own window origin (the zero row's
-           * offset is the same from each) */
-          tms_dwjob_t job = {xw, to, w, tab + 1, y, taps / 2, taps & 1, 0, o.z21,
-                             (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
+          /* chunks of at most TMS_DW_ZP_MAX channels, each from its own window origin (and so its own
+           * offset of the zero row) */
+          tms_dwjob_t job = {xw, vp != NULL ? (const int32_t*)win : toff, w, tab + 1, y, taps / 2, taps & 1, 0,
+                             o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
                              (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP, 1, 0, C};
           for (int32_t c = 0; c < C; c += TMS_DW_ZP_MAX) {
             const int32_t n = C - c < TMS_DW_ZP_MAX ? C - c : TMS_DW_ZP_MAX;
+            if (vp != NULL) {
+              const int32_t zoff = (int32_t)((intptr_t)zrow - (intptr_t)job.xw);
+              for (int32_t t = 0; t < taps; ++t) win[t] = valid[t] ? toff[t] : zoff;
+            }
             job.blocks = n / 4;
             dw_row_m4(&job);
             job.xw += n;
