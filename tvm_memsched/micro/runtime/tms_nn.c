@@ -1198,6 +1198,9 @@ typedef struct {
   int32_t ystep;         /* 56: C */
 } tms_dwjob_t;
 
+/* channels per assembly call of a border pixel (a row of the input zero point that long on the stack) */
+#define TMS_DW_ZP_MAX 64
+
 __attribute__((naked, noinline)) static void dw_row_m4(const tms_dwjob_t* job __attribute__((unused))) {
   __asm__ volatile(
       "push {r4-r11, lr}\n\t"
@@ -1364,6 +1367,14 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
   uint8_t* valid = (uint8_t*)(win + taps);
   for (int32_t ky = 0, t = 0; ky < p->kh; ++ky)
     for (int32_t kx = 0; kx < p->kw; ++kx, ++t) toff[t] = ((ky * p->dh) * p->in_w + kx * p->dw) * C;
+#if TMS_ASM
+  /* border pixels in assembly too: a tap outside the image reads a row of the input zero point, its
+   * offset in ``win`` pointing there from the pixel's window origin */
+  int32_t zrow[TMS_DW_ZP_MAX / 4];
+  const int border_asm = mode != TMS_EXACT && (C & 3) == 0 && C > 0;
+  if (border_asm)
+    for (int32_t i = 0; i < TMS_DW_ZP_MAX / 4; ++i) zrow[i] = (int32_t)((uint32_t)(uint8_t)p->in_zp * 0x01010101u);
+#endif
   for (int32_t b = 0; b < p->batch; ++b) {
     const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * C;
     for (int32_t oy = 0; oy < p->out_h; ++oy) {
@@ -1403,6 +1414,29 @@ void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const 
         }
         /* window origin (may lie outside the image: only valid taps are read through it) */
         const int8_t* xw = xb + ((intptr_t)iy0 * p->in_w + ix0) * C;
+#if TMS_ASM
+        if (border_asm) {
+          /* chunks of at most TMS_DW_ZP_MAX channels, each from its own window origin (and so its own
+           * offset of the zero row) */
+          tms_dwjob_t job = {xw, vp != NULL ? (const int32_t*)win : toff, w, tab + 1, y, taps / 2, taps & 1, 0,
+                             o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
+                             (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP, 1, 0, C};
+          for (int32_t c = 0; c < C; c += TMS_DW_ZP_MAX) {
+            const int32_t n = C - c < TMS_DW_ZP_MAX ? C - c : TMS_DW_ZP_MAX;
+            if (vp != NULL) {
+              const int32_t zoff = (int32_t)((intptr_t)zrow - (intptr_t)job.xw);
+              for (int32_t t = 0; t < taps; ++t) win[t] = valid[t] ? toff[t] : zoff;
+            }
+            job.blocks = n / 4;
+            dw_row_m4(&job);
+            job.xw += n;
+            job.w += n * taps;
+            job.ch += n;
+            job.y += n;
+          }
+          continue;
+        }
+#endif
         dw_pixel(mode, p, xw, w, tab + 1, toff, vp, win, y, &o);
       }
     }
@@ -1470,10 +1504,80 @@ TMS_DRIVER void add_fast_01(const tms_add_t* p, const int8_t* a, const int8_t* b
 TMS_DRIVER void add_fast_10(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(1, 0, p, a, b, y); }
 TMS_DRIVER void add_fast_11(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) { add_fast_impl(1, 1, p, a, b, y); }
 
+#if TMS_ASM && !TMS_MVE   /* (the M55 adds with Helium) */
+/* add_fast_impl for the usual TFLite ADD, hand-scheduled for ARMv7E-M: left shift 20, the output's full
+ * int8 range, and one input ("w") with multiplier 2^30 and right shift 0 (the input of the larger scale:
+ * real multiplier 1/2), whose stage SRDHM((w + wo) 2^20, 2^30) is exactly (w + wo) 2^19 (an even product
+ * halved). rq_fast's doubled sum is then 2 s_n + (w + wo) 2^20, where 2 s_n = ((u >> e) + 1) & ~1 for the
+ * other input's rescale_fast (u its SMMULR, less one if negative); (wo 2^20 is even, so it joins the + 1
+ * before the & ~1). Two elements per iteration; constants loaded by one LDM. */
+typedef struct {
+  const int8_t* w;       /*  0: the input of multiplier 2^30 */
+  const int8_t* n;       /*  4: the other input */
+  int8_t* y;             /*  8 */
+  int32_t pairs;         /* 12: elements / 2 >= 1 */
+  int32_t no21;          /* 16: n's offset << 21 */
+  int32_t nm, ni;        /* 20, 24: n's multiplier and shifts (e = the low byte) */
+  int32_t c1;            /* 28: 1 + (w's offset << 20) */
+  int32_t om, oi;        /* 32, 36: the output's multiplier and shifts */
+  int32_t z21;           /* 40: 2 zp + 1 */
+} tms_addjob_t;
+
+#define TMS_ASM_ADD1                                                                      \
+  "ldrsb r12, [r2], #1\n\t"                                                               \
+  "ldrsb lr, [r1], #1\n\t"                                                                \
+  "add r12, r5, r12, lsl #21\n\t"                                                         \
+  "smmulr r12, r12, r6\n\t"                                                               \
+  "sub r12, r12, r12, lsr #31\n\t"                                                        \
+  "asr r12, r12, r7\n\t"                                                                  \
+  "add r12, r12, r8\n\t"                                                                  \
+  "bic r12, r12, #1\n\t"                                                                  \
+  "add r12, r12, lr, lsl #20\n\t"                                                         \
+  "smmulr r12, r12, r9\n\t"                                                               \
+  "sub r12, r12, r12, lsr #31\n\t"                                                        \
+  "asr r12, r12, r10\n\t"                                                                 \
+  "add r12, r12, r11\n\t"                                                                 \
+  "ssat r12, #8, r12, asr #1\n\t"                                                         \
+  "strb r12, [r3], #1\n\t"
+
+__attribute__((naked, noinline)) static void add_pairs_m4(const tms_addjob_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "ldm r0, {r1-r11}\n\t"
+      "1:\n\t"
+      TMS_ASM_ADD1
+      TMS_ASM_ADD1
+      "subs r4, r4, #1\n\t"
+      "bne 1b\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#endif
+
 void tms_add_s8(const tms_add_t* p, const int8_t* a, const int8_t* b, int8_t* y) {
 #if TMS_MVE
   hl_add(p, a, b, y);   /* four lanes at a time, exact in every case (tms_nn_helium.inc) */
   return;
+#elif TMS_ASM
+  if ((p->flags & (TMS_RQ_FAST | TMS_ADD_SUB)) == TMS_RQ_FAST && p->left_shift == 20 && p->act_min <= -128 &&
+      p->act_max >= 127 && p->n >= 2) {
+    const int aw = p->a_mult == (1 << 30) && TMS_RIGHT(p->a_shift) == 0;
+    const int bw = p->b_mult == (1 << 30) && TMS_RIGHT(p->b_shift) == 0;
+    if (aw != bw) { /* the other input's right shift is >= 1 (rescale_fast's form) */
+      const tms_addjob_t job = {aw ? a : b, aw ? b : a, y, (int32_t)(p->n / 2),
+                                (int32_t)((uint32_t)(aw ? p->b_off : p->a_off) << 21), aw ? p->b_mult : p->a_mult,
+                                aw ? p->b_shift : p->a_shift,
+                                (int32_t)(1u + ((uint32_t)(aw ? p->a_off : p->b_off) << 20)), p->out_mult,
+                                p->out_shift, 2 * p->out_zp + 1};
+      add_pairs_m4(&job);
+      if (p->n & 1) { /* the last element in C */
+        tms_add_t last = *p;
+        const uint32_t i = p->n - 1;
+        last.n = 1;
+        tms_add_s8(&last, a + i, b + i, y + i);
+      }
+      return;
+    }
+  }
 #endif
   if ((p->flags & (TMS_RQ_FAST | TMS_ADD_SUB)) == TMS_RQ_FAST) { /* an input stage with right shift 0: SRDHM alone */
     int aw = TMS_RIGHT(p->a_shift) == 0, bw = TMS_RIGHT(p->b_shift) == 0;
