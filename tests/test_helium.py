@@ -20,11 +20,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from test_micro_nn import (RUNTIME, Add, Conv, Fc, act_range, conv_desc, expected_conv, ptr, quant_params, requant,
-                           tir_table)
+from test_micro_nn import (RUNTIME, Conv, Fc, act_range, conv_desc, expected_conv, ptr, quant_params,
+                           random_add_case, requant, tir_table)
 from tvm_memsched.micro import nn
 from tvm_memsched.micro.toolchain import host_cc
-from tvm_memsched.relax.int8.fixedpoint import mbqm_array
 
 
 def _k16(k):
@@ -69,28 +68,6 @@ def random_fc_case(rng, extreme=False):
             "requant": {"multiplier": None if per_channel else int(mult[0]),
                         "shift": None if per_channel else int(shift[0]), "offset": zp_out, "lo": lo, "hi": hi}}
     return desc, x, w, bias, mult, shift
-
-
-def random_add_case(rng, sub):
-    """A random ADD / SUB as (desc, a, b, parameters, expected output)."""
-    from tvm_memsched.relax.int8.params import add_params
-
-    n = int(rng.integers(1, 70))
-    sa, sb, so = (float(np.float32(rng.uniform(0.005, 0.2))) for _ in range(3))
-    za, zb, zo = (int(v) for v in rng.integers(-128, 128, 3))
-    q = add_params(sa, sb, so, sub=sub)
-    lo, hi = act_range(rng)
-    desc = {"op": "add", "a": [n], "b": [n], "y": [n], "a_offset": -za, "b_offset": -zb,
-            "left_shift": q["left_shift"], "a_mult": q["a_mult"], "a_shift": q["a_shift"], "b_mult": q["b_mult"],
-            "b_shift": q["b_shift"], "requant": {"multiplier": q["out_mult"], "shift": q["out_shift"],
-                                                 "offset": zo, "lo": lo, "hi": hi}, "negate_b": sub}
-    a = rng.integers(-128, 128, n).astype(np.int8)
-    b = rng.integers(-128, 128, n).astype(np.int8)
-    ls = 1 << q["left_shift"]
-    ra = mbqm_array((a.astype(np.int64) - za) * ls, q["a_mult"], q["a_shift"])
-    rb = mbqm_array((b.astype(np.int64) - zb) * ls, q["b_mult"], q["b_shift"])
-    want = requant(ra - rb if sub else ra + rb, q["out_mult"], q["out_shift"], zo, lo, hi)
-    return desc, a, b, nn._add_params(desc), want
 
 
 def expected(desc, x, w, bias, mult, shift):

@@ -266,32 +266,38 @@ def test_pools_match_tflite(lib, kind):
 
 @pytest.mark.parametrize("sub", [False, True], ids=["add", "sub"])
 def test_add_matches_tflite(lib, sub):
-    from tvm_memsched.relax.int8.params import add_params
-
     rng = np.random.default_rng(4 + sub)
     fast = 0
     for case in range(40):
-        n = int(rng.integers(1, 200))
-        sa, sb, so = (float(np.float32(rng.uniform(0.005, 0.2))) for _ in range(3))
-        za, zb, zo = (int(v) for v in rng.integers(-128, 128, 3))
-        q = add_params(sa, sb, so, sub=sub)
-        lo, hi = act_range(rng)
-        desc = {"op": "add", "a": [n], "b": [n], "y": [n], "a_offset": -za, "b_offset": -zb,
-                "left_shift": q["left_shift"], "a_mult": q["a_mult"], "a_shift": q["a_shift"], "b_mult": q["b_mult"],
-                "b_shift": q["b_shift"], "requant": {"multiplier": q["out_mult"], "shift": q["out_shift"],
-                                                     "offset": zo, "lo": lo, "hi": hi}, "negate_b": sub}
-        prm = Add(**nn._add_params(desc))
+        desc, a, b, params, want = random_add_case(rng, sub, max_n=200)
+        prm = Add(**params)
         fast += prm.flags & 1
-        a = rng.integers(-128, 128, n).astype(np.int8)
-        b = rng.integers(-128, 128, n).astype(np.int8)
-        y = np.zeros(n, np.int8)
+        y = np.zeros(len(a), np.int8)
         lib.tms_add_s8(ctypes.byref(prm), ptr(a), ptr(b), ptr(y))
-        ls = 1 << q["left_shift"]
-        ra = mbqm_array((a.astype(np.int64) - za) * ls, q["a_mult"], q["a_shift"])
-        rb = mbqm_array((b.astype(np.int64) - zb) * ls, q["b_mult"], q["b_shift"])
-        want = requant(ra - rb if sub else ra + rb, q["out_mult"], q["out_shift"], zo, lo, hi)
         assert np.array_equal(y, want), (case, desc)
     assert sub or fast > 30                     # ADD mostly proven for the fast path (SUB runs the exact one)
+
+
+def random_add_case(rng, sub, max_n=70):
+    """A random ADD / SUB as (desc, a, b, parameters, expected output)."""
+    from tvm_memsched.relax.int8.params import add_params
+
+    n = int(rng.integers(1, max_n))
+    sa, sb, so = (float(np.float32(rng.uniform(0.005, 0.2))) for _ in range(3))
+    za, zb, zo = (int(v) for v in rng.integers(-128, 128, 3))
+    q = add_params(sa, sb, so, sub=sub)
+    lo, hi = act_range(rng)
+    desc = {"op": "add", "a": [n], "b": [n], "y": [n], "a_offset": -za, "b_offset": -zb,
+            "left_shift": q["left_shift"], "a_mult": q["a_mult"], "a_shift": q["a_shift"], "b_mult": q["b_mult"],
+            "b_shift": q["b_shift"], "requant": {"multiplier": q["out_mult"], "shift": q["out_shift"],
+                                                 "offset": zo, "lo": lo, "hi": hi}, "negate_b": sub}
+    a = rng.integers(-128, 128, n).astype(np.int8)
+    b = rng.integers(-128, 128, n).astype(np.int8)
+    ls = 1 << q["left_shift"]
+    ra = mbqm_array((a.astype(np.int64) - za) * ls, q["a_mult"], q["a_shift"])
+    rb = mbqm_array((b.astype(np.int64) - zb) * ls, q["b_mult"], q["b_shift"])
+    want = requant(ra - rb if sub else ra + rb, q["out_mult"], q["out_shift"], zo, lo, hi)
+    return desc, a, b, nn._add_params(desc), want
 
 
 def test_table_lookup(lib):
