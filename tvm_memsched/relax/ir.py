@@ -276,9 +276,10 @@ def per_body(cache: dict, func, extra, compute, limit: int = 4096):
 
 
 def build_in_parts(kernels: dict, target) -> list:
-    """``[(names, runtime module)]``: the PrimFuncs ``kernels`` (``{name: PrimFunc}``) built for ``target`` in
-    as many modules as this machine has cores, side by side (TVM's code generator and the JIT that loads a
-    module run outside the interpreter lock, so a serial build leaves cores idle).
+    """``[(names, runtime module)]``: the PrimFuncs ``kernels`` (``{name: PrimFunc}``) built for ``target`` (one
+    target, or ``{name: target}``) in as many modules per target as this machine has cores, all side by side
+    (TVM's code generator and the JIT that loads a module run outside the interpreter lock, so a serial build
+    leaves cores idle).
 
     >>> from tvm.script import tirx as T
     >>> @T.prim_func(s_tir=True)
@@ -288,15 +289,22 @@ def build_in_parts(kernels: dict, target) -> list:
     >>> sorted(n for names, _ in build_in_parts({"k1": k, "k2": k}, "llvm") for n in names)
     ['k1', 'k2']
     """
-    parts = max(1, min(len(kernels), os.cpu_count() or 1))
-    names = sorted(kernels)
-    groups = [names[i::parts] for i in range(parts)]
+    cores = os.cpu_count() or 1
+    by_target: dict = {}
+    for n in sorted(kernels):
+        t = target[n] if isinstance(target, dict) else target
+        by_target.setdefault(str(t), (t, []))[1].append(n)
+    jobs = []
+    for t, names in by_target.values():
+        parts = max(1, min(len(names), cores))
+        jobs += [(t, names[i::parts]) for i in range(parts)]
 
-    def build(group):
+    def build(job):
+        t, group = job
         mod = tvm.IRModule({n: kernels[n].with_attr("global_symbol", n) for n in group})
-        return group, tvm.tirx.build(mod, target=target)
+        return group, tvm.tirx.build(mod, target=t)
 
-    if parts == 1:
-        return [build(groups[0])]
-    with ThreadPoolExecutor(parts) as pool:
-        return list(pool.map(build, groups))
+    if len(jobs) == 1 or cores == 1:
+        return [build(job) for job in jobs]
+    with ThreadPoolExecutor(min(cores, len(jobs))) as pool:
+        return list(pool.map(build, jobs))

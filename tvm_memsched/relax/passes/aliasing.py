@@ -136,12 +136,10 @@ def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
     apart = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
     if not apart:
         return mod
-    groups: dict = {}
-    for gv, f in apart.items():
-        t = apart_target(target, f)
-        groups.setdefault(str(t), (t, {}))[1][gv.name_hint] = f.with_attr(NOALIAS, False)
+    kernels = {gv.name_hint: f.with_attr(NOALIAS, False) for gv, f in apart.items()}
+    targets = {gv.name_hint: apart_target(target, f) for gv, f in apart.items()}
     # built in parallel parts: this is a second LLVM build, besides TVM's own of the other kernels
-    libs = [lib for t, kernels in groups.values() for _names, lib in build_in_parts(kernels, t)]
+    libs = [lib for _names, lib in build_in_parts(kernels, targets)]
     new = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in apart}, attrs=mod.attrs,
                        global_infos=mod.global_infos)
 

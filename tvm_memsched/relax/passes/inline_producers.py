@@ -71,6 +71,7 @@ from tvm import relax, s_tir, tirx
 
 from ..analysis.workspace import compacted_workspace_bytes, internal_allocations, walk_stmts
 from ..ir import per_body, static_nbytes, var_occurrences
+from ..schedule import Schedule
 from .shrink_workspace import attach_loop, executions, instances, runs_each_instance_once, shrink_func
 
 __all__ = ["InlineProducers", "inline_producers"]
@@ -310,7 +311,7 @@ def _inlined(func) -> tuple:
 
 def _computed_once(func) -> bool:
     """True when every stage of ``func`` that writes its workspace runs each point of its domain once."""
-    sch = s_tir.Schedule(func)
+    sch = Schedule(func)
     internal = {name for name, scope, _ in internal_allocations(func) if scope in ("global", "")}
     for b in _blocks_of(func):
         blk = sch.get_sblock(b.name_hint)
@@ -360,7 +361,7 @@ def _band_schedule(func, max_recompute: float):
         return None
     if sum(int(iv.iter_type) != 0 and (_int_extent(iv) or 2) > 1 for iv in blocks[reds[-2]].iter_vars) > 1:
         return None       # P sums along one axis only (a 1x1 convolution): any loop order keeps its sums
-    base = s_tir.Schedule(func)
+    base = Schedule(func)
     producers = [base.get(x).name_hint for x in base.get_producers(base.get_sblock(c_name))]
     if len(producers) != 1:
         return None
@@ -373,6 +374,7 @@ def _band_schedule(func, max_recompute: float):
         return None
     early = [base.get(x).name_hint for x in base.get_producers(base.get_sblock(p_name))
              if base.get(x).name_hint in {b.name_hint for b in blocks[:reds[-2]]}]
+    early = [name for name in early if not _inline_copy(base, name)]
     c_loops = list(base.get_loops(base.get_sblock(c_name)))
     outer = attach_loop(base, base.get_sblock(c_name))
     last = next((n for n, lp in enumerate(c_loops) if outer is not None and base.get(lp).same_as(base.get(outer))),
@@ -382,21 +384,89 @@ def _band_schedule(func, max_recompute: float):
         extent = int(base.get(loop).extent)
         if extent < 4:
             continue
-        whole = _band_trial(base, c_name, keep, p_name, early, n_loop, extent)   # one band: no overlap
+        placement = []        # where P goes under C's input stage: chosen by the first trial, kept by the others
+        whole = _band_trial(base, c_name, keep, p_name, early, n_loop, extent, placement)   # one band: no overlap
         if whole is None:
             continue
         stages = sorted({p_name, keep, *early})
         work = [executions(whole, whole.get_sblock(n)) for n in stages]
         if any(w > MAX_PADDED * (instances(whole.get(whole.get_sblock(n))) or 0) for n, w in zip(stages, work)):
             continue          # even one band computes a stage several times over (per output channel, say)
-        rows = 1
-        while rows < extent:
-            sch = _band_trial(base, c_name, keep, p_name, early, n_loop, rows)
-            if sch is not None and all(executions(sch, sch.get_sblock(n)) <= max_recompute * w
-                                       for n, w in zip(stages, work)):
+        k_work = work[stages.index(keep)]
+
+        def attempt(rows):
+            """(the band schedule of ``rows`` or None, executions seen, their work in one band). ``C``'s input
+            stage is placed alone first, which is cheap: placing ``P`` under it does not move its loops, so
+            when it alone runs over the bound, the whole trial would too and is skipped."""
+            if keep != p_name:
+                alone = _band_trial(base, c_name, keep, keep, [], n_loop, rows, [])
+                if alone is None:
+                    return None, [], []
+                runs = executions(alone, alone.get_sblock(keep))
+                if runs > max_recompute * k_work:
+                    return None, [runs], [k_work]
+            sch = _band_trial(base, c_name, keep, p_name, early, n_loop, rows, placement)
+            if sch is None:
+                return None, [], []
+            done = [executions(sch, sch.get_sblock(n)) for n in stages]
+            return (sch if all(d <= max_recompute * w for d, w in zip(done, work)) else None), done, work
+
+        sch, done, seen = attempt(1)
+        if sch is not None:
+            return sch.mod["main"]
+        for rows in _band_heights(done, seen, extent, max_recompute):
+            sch = attempt(rows)[0]
+            if sch is not None:
                 return sch.mod["main"]
-            rows *= 2
     return None
+
+
+def _band_heights(one_row: list, work: list, extent: int, max_recompute: float, slack: float = 0.05) -> list:
+    """The band heights (powers of two from 2, below ``extent``) worth a trial, fewest rows first, by what
+    bands of one row and one band of all ``extent`` rows cost: a stage run ``e`` times in bands of one row
+    and ``w`` times in one band computes ``eta = (e / w - 1) * extent / (extent - 1)`` rows' worth of halo per
+    band beyond its share (the rows clipped at the image's borders taken as the halo's, as a same-padded
+    convolution has them), so about ``(ceil(extent / r) * (r + eta) - eta) / extent`` times its work in bands
+    of ``r`` rows. Heights that model puts over ``max_recompute`` (by more than ``slack`` of it) are not
+    tried: each trial is a schedule TVM builds and measures.
+
+    >>> _band_heights([22], [8], 8, 1.25)      # a 3x3 same-padded convolution over 8 rows: two bands of 4
+    [4]
+    >>> _band_heights([276], [96], 48, 1.25)   # 48 rows: bands of 8 (about 1.2 times the work)
+    [8, 16, 32]
+    >>> _band_heights([1769472], [13824], 128, 1.25)   # a stage run per output channel: no band helps
+    []
+    """
+    heights = []
+    rows = 2
+    while rows < extent:
+        heights.append(rows)
+        rows *= 2
+    if extent < 2 or not one_row:
+        return heights          # no one-row bands to go by: every height
+
+    def cost(r, e, w):
+        eta = (e / w - 1) * extent / (extent - 1)
+        return (-(-extent // r) * (r + eta) - eta) / extent
+
+    fits = [r for r in heights if all(cost(r, e, w) <= max_recompute * (1 + slack) for e, w in zip(one_row, work)
+                                      if w > 0)]
+    return [r for r in heights if fits and r >= fits[0]]
+
+
+def _inline_copy(sch, name: str) -> bool:
+    """Inline stage ``name`` of ``sch`` when it only copies (a padding of width zero, as TVM's legalization
+    writes ahead of a 1x1 convolution): its reader then loads the same element from the copy's source, with no
+    work repeated, and the band trials have one stage less to place. False when it is more than a copy or TVM
+    refuses."""
+    body = sch.get(sch.get_sblock(name)).body
+    if not (isinstance(body, tirx.BufferStore) and isinstance(body.value, tvm.ir.TensorLoad)):
+        return False
+    try:
+        sch.compute_inline(sch.get_sblock(name))
+    except Exception:  # noqa: BLE001 - a stage TVM cannot inline: placed with the producer as before
+        return False
+    return True
 
 
 def _int_extent(iv):
@@ -404,10 +474,12 @@ def _int_extent(iv):
     return int(e) if isinstance(e, (int, tirx.IntImm)) else None
 
 
-def _band_trial(base, c_name, keep, p_name, early, n_loop, rows):
+def _band_trial(base, c_name, keep, p_name, early, n_loop, rows, placement):
     """``base`` with ``C``'s ``n_loop``-th loop split into bands of ``rows``, ``keep`` (C's input stage) computed
     per band, ``P`` per point of ``keep`` (one pixel's channels where that is the same work) and ``P``'s
-    earlier producers with it; None when TVM refuses a step."""
+    earlier producers with it; None when TVM refuses a step. ``placement``: empty, or the loop of ``keep``
+    (-2: per pixel, -1: per element) the first trial chose for ``P``, which the band's height does not change;
+    the first trial appends its choice."""
     sch = base.copy()
     try:
         loop = sch.get_loops(sch.get_sblock(c_name))[n_loop]
@@ -415,12 +487,18 @@ def _band_trial(base, c_name, keep, p_name, early, n_loop, rows):
         if keep != p_name:
             sch.compute_at(sch.get_sblock(keep), band, preserve_unit_loops=True)
             k_loops = sch.get_loops(sch.get_sblock(keep))
-            trials = []
-            for at in k_loops[-2:]:              # per pixel (the channels' loop vectorises), per element
-                trial = sch.copy()
-                trial.compute_at(trial.get_sblock(p_name), at, preserve_unit_loops=True)
-                trials.append((executions(trial, trial.get_sblock(p_name)), trial, at))
-            _, sch, at = trials[0] if trials[0][0] <= trials[-1][0] else trials[-1]
+            if placement:
+                at = k_loops[placement[0]]
+                sch.compute_at(sch.get_sblock(p_name), at, preserve_unit_loops=True)
+            else:
+                trials = []
+                last = list(k_loops[-2:])          # per pixel (the channels' loop vectorises), per element
+                for n, at in zip(range(-len(last), 0), last):
+                    trial = sch.copy()
+                    trial.compute_at(trial.get_sblock(p_name), at, preserve_unit_loops=True)
+                    trials.append((executions(trial, trial.get_sblock(p_name)), trial, at, n))
+                _, sch, at, n = trials[0] if trials[0][0] <= trials[-1][0] else trials[-1]
+                placement.append(n)
         else:
             sch.compute_at(sch.get_sblock(p_name), band, preserve_unit_loops=True)
             at = None

@@ -38,6 +38,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..analysis.workspace import walk_stmts
 from ..ir import static_shape
+from ..schedule import Schedule
 
 __all__ = ["ConvolutionLayout", "ChannelsFirstReduction", "convolutions_to", "channels_first_reduction", "LAYOUTS"]
 
@@ -283,7 +284,7 @@ def _reorder_block(func, name: str):
     output channel ``f`` innermost of the spatial loops, into (..., rc, ry, rx, f): every output element
     summed in NCHW order, and the output channels innermost (with HWIO weights, loads contiguous in ``f``
     that vectorise). None when the loops are not exactly those."""
-    sch = s_tir.Schedule(func)
+    sch = Schedule(func)
     blk = sch.get_sblock(name)
     loops = list(sch.get_loops(blk))
     realize = [None]

@@ -73,6 +73,7 @@ from ..analysis.workspace import (compact, compacted_workspace_bytes, internal_a
                                   workspace_bytes)
 from ..analysis.inplace import KEEP_NOALIAS
 from ..ir import per_body, strip_attrs
+from ..schedule import Schedule
 
 __all__ = ["ShrinkWorkspace", "InlinePadding", "SCHEDULED", "KernelWorkspace", "shrink_func", "shrink_workspace", "compact",
            "runs_each_instance_once", "attach_loop", "executions", "instances", "REUSE", "MODES", "UNSHRUNK"]
@@ -156,7 +157,7 @@ def _reused(sch, blk) -> bool:
 def _has_reused_stage(func) -> bool:
     """True when a stage of ``func`` that writes its workspace is read several times by a reduction."""
     try:
-        sch = s_tir.Schedule(func)
+        sch = Schedule(func)
         internal = _internal(func)
         return any(not _is_reduction(sch.get(b)) and _writes_internal(sch.get(b), internal) and _reused(sch, b)
                    for b in _blocks(sch) or [])
@@ -436,7 +437,7 @@ def shrink_func(func, epilogues: bool = True, measure=None, reuse: str = "inline
         raise ValueError(f"reuse must be one of {', '.join(REUSE)}, got {reuse!r}")
     measure = measure or compacted_workspace_bytes
     try:
-        sch = s_tir.Schedule(func)
+        sch = Schedule(func)
         sch.get_sblock("root")
     except Exception:  # not a schedulable (s_tir) function, e.g. already lowered
         return func, []
