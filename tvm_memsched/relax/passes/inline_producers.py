@@ -333,10 +333,12 @@ def _banded(func) -> tuple:
 
 def _blocks_of(func) -> list:
     """The blocks of ``func`` but its root, in program order."""
-    out = []
-    walk_stmts(func.body, lambda st: out.append(st) if isinstance(st, s_tir.SBlock) and st.name_hint != "root"
-               else None)
-    return out
+    def compute(f):
+        out = []
+        walk_stmts(f.body, lambda st: out.append(st) if isinstance(st, s_tir.SBlock) and st.name_hint != "root"
+                   else None)
+        return out
+    return _memo("blocks", func, compute)
 
 
 def _workspace(func) -> int | None:
@@ -469,9 +471,28 @@ def _inline_copy(sch, name: str) -> bool:
     return True
 
 
-def _int_extent(iv):
-    e = iv.dom.extent
+def _reads_own_channel(sch, keep: str, p_name: str) -> bool:
+    """True when stage ``keep`` reads ``P``'s result only at its own innermost index (one channel of the
+    pixel it computes), so ``P`` computed per element of ``keep`` runs what it runs per pixel."""
+    kb, pb = sch.get(sch.get_sblock(keep)), sch.get(sch.get_sblock(p_name))
+    if not kb.iter_vars or len(pb.writes) != 1:
+        return False
+    out, own = _region_buffer(pb.writes[0]), kb.iter_vars[-1].var
+    regions = [r for r in kb.reads if _region_buffer(r).same_as(out)]
+    return bool(regions) and all(r.region[-1].min.same_as(own) and _int_extent_of(r.region[-1].extent) == 1
+                                 for r in regions)
+
+
+def _region_buffer(region):
+    return getattr(region, "buffer", None) or region.source
+
+
+def _int_extent_of(e):
     return int(e) if isinstance(e, (int, tirx.IntImm)) else None
+
+
+def _int_extent(iv):
+    return _int_extent_of(iv.dom.extent)
 
 
 def _band_trial(base, c_name, keep, p_name, early, n_loop, rows, placement):
@@ -492,8 +513,10 @@ def _band_trial(base, c_name, keep, p_name, early, n_loop, rows, placement):
                 sch.compute_at(sch.get_sblock(p_name), at, preserve_unit_loops=True)
             else:
                 trials = []
-                last = list(k_loops[-2:])          # per pixel (the channels' loop vectorises), per element
-                for n, at in zip(range(-len(last), 0), last):
+                last = list(zip(range(-len(k_loops[-2:]), 0), k_loops[-2:]))   # per pixel (the channels' loop
+                if _reads_own_channel(sch, keep, p_name):                      # vectorises), per element
+                    last = last[:1]        # per element computes what per pixel does, a channel at a time
+                for n, at in last:
                     trial = sch.copy()
                     trial.compute_at(trial.get_sblock(p_name), at, preserve_unit_loops=True)
                     trials.append((executions(trial, trial.get_sblock(p_name)), trial, at, n))
