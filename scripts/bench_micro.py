@@ -13,8 +13,12 @@ its full-integer file, or a path to a ``.tflite``), on one QEMU board:
   and the SHA-256 of its output bytes. This uses the measuring tool
   ``tflm_cortexm`` (``--tflm-tool``; its README says how to fetch and build the
   sources into the ``--tflm-src`` folder, about 15 minutes once): the tool
-  builds and runs TFLite Micro for its board (``mps2-an386``; give ``--board``
-  the same one), this script only calls it and reads its lines;
+  builds and runs TFLite Micro for its board (``mps2-an386``), and for the
+  Cortex-M55 / M33 / M0+ boards (``mps3-an547``, ``mps2-an505``,
+  ``mps2-an385-m0plus``: TFLM's ``cortex-m55`` / ``cortex-m33`` /
+  ``cortex-m0plus`` targets) from a copy patched with
+  ``docs/bench/micro/cortex-m55/tflm_cortexm_cores.diff``; this script only
+  calls it and reads its lines;
 * **TVM default**: ``micro.export(planner="tvm", int8=False)``: TVM's own
   import (dequantize -> float -> quantize for int8 files), kernels, order and
   ``StaticPlanBlockMemory`` plan, exported to the same C runtime;
@@ -48,6 +52,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,10 +114,47 @@ _LINE = re.compile(r"^(\S+) (reference|cmsis_nn) (.*)$")
 TOOL_ARENA = 1 << 20
 
 
+#: the tool's ``CORE`` for each board it does not build for by default (the M4F's ``mps2-an386``):
+#: the Cortex-M55, M33 and M0+ firmware the patch below adds to it
+TOOL_CORES = {"mps3-an547": "m55", "mps2-an505": "m33", "mps2-an385-m0plus": "m0plus"}
+#: the patch that adds them (``CORE=m55|m33|m0plus``) to ``../shared/tools/tflm_cortexm``
+CORES_DIFF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "bench", "micro", "cortex-m55",
+                          "tflm_cortexm_cores.diff")
+
+
+def tool_for_board(tool: str, board: str, scratch: str) -> tuple[str, str | None]:
+    """``(tool folder, CORE)`` that builds TFLite Micro for ``board``: the M4F's board as the tool is; another
+    core from a copy of the tool in ``scratch`` with :data:`CORES_DIFF` applied, unless the tool has it."""
+    core = TOOL_CORES.get(board)
+    if board != "mps2-an386" and core is None:
+        raise SystemExit(f"--tflm-src: the tool builds TFLite Micro for mps2-an386 and {', '.join(TOOL_CORES)} "
+                         f"only, not {board}")
+    if core is None:
+        return tool, None
+    with open(os.path.join(tool, "build_and_run.sh"), encoding="utf-8") as f:
+        if "CORE=" in f.read():
+            return tool, core
+    copy = os.path.join(scratch, "tflm_cortexm")
+    if not os.path.exists(copy):
+        shutil.copytree(tool, copy)
+        for root, _dirs, files in os.walk(copy):
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o755)
+        with open(CORES_DIFF, "rb") as diff:
+            proc = subprocess.run(["patch", "-s", "-p1", "-d", copy], stdin=diff, capture_output=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{CORES_DIFF} does not apply to {tool}: "
+                             f"{(proc.stdout + proc.stderr).decode(errors='replace').strip()[-300:]}")
+    return copy, core
+
+
 def tflm_firmware(tool: str, src: str, path: str, pattern: int, configs: str = "reference cmsis_nn",
-                  timeout: float = 3600) -> dict:
-    """``{config: {instructions, arena_used, flash, static_ram, out_sha}}`` from the tool's output lines."""
+                  timeout: float = 3600, core: str | None = None) -> dict:
+    """``{config: {instructions, arena_used, flash, static_ram, out_sha}}`` from the tool's output lines
+    (``core``: the tool's ``CORE`` for a board other than the M4F's, :func:`tool_for_board`)."""
     env = dict(os.environ, TFLM_CM=src, INPUT_PATTERN=str(pattern), CONFIGS=configs)
+    if core:
+        env["CORE"] = core
     proc = subprocess.run(["bash", os.path.join(tool, "build_and_run.sh"), path], env=env, capture_output=True,
                           text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -155,7 +197,7 @@ def _side(exp, run, seconds) -> dict:
 
 
 def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | None, tvm_kernels: bool,
-              configs: str = "reference cmsis_nn") -> dict:
+              configs: str = "reference cmsis_nn", core: str | None = None) -> dict:
     name, buf = load(spec)
     print(f"== {name}", flush=True)
     t0 = time.perf_counter()
@@ -178,7 +220,7 @@ def bench_one(spec: str, board: str, work: str, tool: str | None, src: str | Non
         with open(path, "wb") as f:
             f.write(buf)
         print(f"   TFLite Micro firmware ({configs}) ...", flush=True)
-        firmware = tflm_firmware(tool, src, path, pattern, configs)
+        firmware = tflm_firmware(tool, src, path, pattern, configs, core=core)
     ours, r_ours, s_ours = run_side(mod, board, os.path.join(work, name, "ours"), inputs)
     plain = run_side(mod, board, os.path.join(work, name, "ours_tvm_kernels"), inputs, kernels="tvm") \
         if tvm_kernels else None
@@ -313,10 +355,11 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     rows, skipped = [], []
     with tempfile.TemporaryDirectory() as work:
+        tool, core = tool_for_board(args.tflm_tool, args.board, work) if args.tflm_src else (None, None)
         for spec in args.models:
             try:
-                rows.append(bench_one(spec, args.board, work, args.tflm_tool if args.tflm_src else None,
-                                      args.tflm_src, args.tvm_kernels, args.tflm_configs))
+                rows.append(bench_one(spec, args.board, work, tool, args.tflm_src, args.tvm_kernels,
+                                      args.tflm_configs, core))
             except MemschedError as e:          # e.g. custom operators: said, and the next model
                 print(f"   skipped: {e}", flush=True)
                 skipped.append({"model": spec, "reason": str(e)})
