@@ -77,8 +77,10 @@ print(json.dumps(meta))
 
 
 # ---------------------------------------------------------------- one model, in its own process
-def run_one(spec: str, json_path: str, tradeoff: str, repeat: int) -> int:
-    """``tvm-memsched compare SPEC --tradeoff T`` (with ``repeat`` timed runs); the Comparison as JSON."""
+def run_one(spec: str, json_path: str, tradeoff: str, repeat: int, tune: int = 0,
+            tune_database: str | None = None) -> int:
+    """``tvm-memsched compare SPEC --tradeoff T`` (with ``repeat`` timed runs; ``--tune N``: both sides tuned
+    with MetaSchedule, ``N`` trials per kernel, kept in ``tune_database``); the Comparison as JSON."""
     from tvm_memsched.app.models import load_relax_spec
     from tvm_memsched.relax.compare import compare
 
@@ -86,7 +88,8 @@ def run_one(spec: str, json_path: str, tradeoff: str, repeat: int) -> int:
     mod, name = load_relax_spec(spec)
     t1 = time.perf_counter()
     c = compare(mod, "llvm", method="auto", time_limit=None, name=name, progress=None, run=True, rewrite=False,
-                inplace=True, layout="auto", inline_producers=True, tradeoff=tradeoff, repeat=repeat)
+                inplace=True, layout="auto", inline_producers=True, tradeoff=tradeoff, repeat=repeat,
+                tune=tune, tune_database=tune_database)
     d = c.to_dict()
     d["import_seconds"] = round(t1 - t0, 3)
     d["compare_seconds"] = round(time.perf_counter() - t1, 3)
@@ -177,6 +180,8 @@ def measure(label: str, spec: str, args, work: str, extra: dict | None = None) -
         os.remove(json_path)
     cmd = [sys.executable, SCRIPT, "--one", spec, "--json", json_path, "--tradeoff", args.tradeoff,
            "--repeat", str(args.repeat)]
+    if args.tune:
+        cmd += ["--tune", str(args.tune), "--tune-database", args.tune_database]
     env = dict(os.environ)
     if args.threads:
         env["TVM_NUM_THREADS"] = str(args.threads)
@@ -290,6 +295,18 @@ def markdown(data: dict) -> str:
                    f"{c['default_compile_seconds']:.2f} / {c['memsched_compile_seconds']:.2f} | {q['compile']:.2f} | "
                    f"{c['default_peak_rss_bytes'] / 1e6:.0f} / {c['memsched_peak_rss_bytes'] / 1e6:.0f} | {num} | "
                    f"{r['wall_seconds']:.0f} |")
+    if meta.get("tune"):
+        out += ["", f"Both sides tuned with MetaSchedule, {meta['tune']} trials per kernel (TVM's default build with "
+                "MetaSchedule's CPU rules, ours with `unsplit` on the kernels our pipeline emits; the `memory` "
+                "tradeoff keeps a tuned kernel only where the plan stays the least-memory build's); compile time "
+                "excludes tuning (a second build from the database tunes nothing):", ""]
+        for r in rows:
+            t = (r.get("compare") or {}).get("tuning")
+            if t:
+                tuned = lambda side: sum(1 for k in t[side] if k.get("tuned"))  # noqa: E731
+                out.append(f"* {r['model']}: tuned kernels TVM {tuned('default')} of {len(t['default'])}, ours "
+                           f"{tuned('memsched')} of {len(t['memsched'])}; tuning {t['seconds']:.0f} s, "
+                           f"{t['kernels_tuned_now']} kernels tuned in this run")
     s = data["summary"]
     out.append("")
     if s.get("geomean_run_ratio") is not None:
@@ -347,17 +364,31 @@ def main(argv=None) -> int:
     ap.add_argument("--export-timeout", type=float, default=1800, metavar="SECONDS")
     ap.add_argument("--tradeoff", default="memory", choices=["memory", "balanced", "speed"])
     ap.add_argument("--repeat", type=int, default=5, help="timed VM runs per executable (median; 0: no timing)")
-    ap.add_argument("--timeout", type=float, default=1200, metavar="SECONDS", help="per model process")
+    ap.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                    help="per model process (default 1200 s; with --tune 4 hours: MetaSchedule tunes each kernel "
+                         "of both sides)")
     ap.add_argument("--max-rss-gb", type=float, default=16.0, help="kill a model process past this resident size")
     ap.add_argument("--threads", type=int, default=None, help="TVM_NUM_THREADS for the model processes")
     ap.add_argument("--compile-ratio-flag", type=float, default=2.0,
                     help="show the pass profile of models whose compile ours/TVM exceeds this")
+    ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                    help="tune both sides with MetaSchedule, TRIALS per kernel (compare --tune; tuning time is "
+                         "reported apart from compile time)")
+    ap.add_argument("--tune-database", default=None, metavar="DIR",
+                    help="the tuning database (default: tvm_memsched's, ~/.cache/tvm_memsched/tuning); a second "
+                         "run with the same one tunes nothing")
     ap.add_argument("--one", metavar="SPEC", help=argparse.SUPPRESS)
     ap.add_argument("--json", metavar="PATH", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        return run_one(args.one, args.json, args.tradeoff, args.repeat)
+        return run_one(args.one, args.json, args.tradeoff, args.repeat, args.tune, args.tune_database)
     args.max_rss = int(args.max_rss_gb * 1e9) if args.max_rss_gb else None
+    if args.timeout is None:
+        args.timeout = 4 * 3600 if args.tune else 1200
+    if args.tune:
+        from tvm_memsched.relax.passes.tune_kernels import default_tuning_database
+
+        args.tune_database = os.path.abspath(args.tune_database or default_tuning_database())
     specs = args.specs or ([] if args.timm else list(ZOO_MODELS))
 
     import torch
@@ -367,13 +398,13 @@ def main(argv=None) -> int:
     meta = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "tvm": tvm.__version__, "torch": torch.__version__.split("+")[0],
             "tradeoff": args.tradeoff, "repeat": args.repeat, "threads": args.threads,
-            "compile_ratio_flag": args.compile_ratio_flag, "commands": []}
+            "compile_ratio_flag": args.compile_ratio_flag, "tune": args.tune, "commands": []}
     rows = []
     old_path = os.path.join(args.out, "pipeline.json") if args.out else None
     if args.merge and old_path and os.path.exists(old_path):
         with open(old_path, encoding="utf-8") as f:
             old = json.load(f)
-        for k in ("tradeoff", "repeat", "threads"):
+        for k in ("tradeoff", "repeat", "threads", "tune"):
             if old["meta"].get(k) != meta[k]:
                 print(f"warning: {old_path} was measured with {k}={old['meta'].get(k)}, this run {meta[k]}",
                       file=sys.stderr)
