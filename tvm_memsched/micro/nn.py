@@ -31,10 +31,12 @@ and prepares their constants at compile time:
 For a core with Helium (``select(..., mve=True)``: Cortex-M55/M85) the integer
 convolutions, depthwise convolutions and fully connected layers get the
 library's Helium layouts instead (``runtime/tms_nn_helium.inc``): each output
-channel's weights contiguous and padded to 16 bytes, 4 channels more at most
-(:func:`pack_helium`; depthwise weights as in the file), and a channel table
-whose parameters the vector code loads directly (:func:`helium_table`, flagged
-``TMS_PACK_HELIUM`` in its header); their wrappers call the library's Helium
+channel's weights contiguous, a convolution's padded to 16 bytes, a fully
+connected layer's K apart with 3 channels more at most (:func:`pack_helium`;
+depthwise weights as in the file), and a channel table whose parameters the
+vector code loads directly, no larger than the DSP path's from 4 channels on
+(:func:`helium_table`: int8 shifts; flagged ``TMS_PACK_HELIUM`` in its
+header); their wrappers call the library's Helium
 entry points (``tms_conv_s8_helium``, ...) with a larger workspace (four
 windows instead of two).
 
