@@ -81,7 +81,7 @@ def expected(desc, x, w, bias, mult, shift):
 def helium_constants(desc, w, bias, mult, shift):
     """(packed weights, table) as the export writes them for a core with MVE."""
     table = nn.helium_table(nn.channel_table(desc, w, tir_table(desc, bias, mult, shift)), desc["op"])
-    packed = w.reshape(-1) if desc["op"] == "depthwise_conv2d" else nn.pack_helium(w)
+    packed = w.reshape(-1) if desc["op"] == "depthwise_conv2d" else nn.pack_helium(w, desc["op"])
     return packed, table
 
 
@@ -158,17 +158,62 @@ def test_helium_layouts_in_plain_c_match_tflite(hostlib):
 
 def test_helium_table_and_packing():
     w = np.arange(2 * 3 * 1 * 5, dtype=np.int8).reshape(2, 3, 1, 5) - 15
-    p = nn.pack_helium(w).reshape(4, 16)
-    assert p[:2, :15].tolist() == w.reshape(2, 15).tolist() and not p[:2, 15:].any() and not p[2:].any()
+    p = nn.pack_helium(w).reshape(2, 16)           # a convolution's rows: K = 15 padded to 16
+    assert p[:, :15].tolist() == w.reshape(2, 15).tolist() and not p[:, 15:].any()
+    d = nn.pack_helium(w.reshape(2, 15), "dense")   # rows K apart, two zero rows
+    assert d.size == 4 * 15 and d[:30].tolist() == w.reshape(-1).tolist() and not d[30:].any()
     desc = conv_desc((1, 3, 3, 5), w.shape, (1, 1, 3, 2), (1, 1), (0, 0), (1, 1), 3, np.array([1 << 30] * 2),
                      np.array([-2, 3]), 0, -128, 127, False)
     t = nn.channel_table(desc, w, tir_table(desc, np.array([10, 20]), np.array([1 << 30, 1 << 29]),
                                             np.array([-2, 3])))
     h = nn.helium_table(t)
-    assert h[0] == t[0, 0] | 4 and h.size == 3 + 4 * 4
-    arr = h[3:].reshape(4, 4)
-    assert arr[0, :2].tolist() == t[1:, 0].tolist() and arr[1, :2].tolist() == [1 << 30, 1 << 29]
-    assert arr[2, :2].tolist() == [0, 3] and arr[3, :2].tolist() == [-2, 0] and not arr[:, 2:].any()
+    assert h[0] == t[0, 0] | 4 and h.size == 3 + 2 + 2 + 2
+    assert h[3:5].tolist() == t[1:, 0].tolist() and h[5:7].tolist() == [1 << 30, 1 << 29]
+    assert h[7:].view(np.int8).tolist() == [0, 3, 0, 0, -2, 0, 0, 0]      # left shifts, negated right shifts
+    r = nn.helium_table(t, "conv2d")
+    assert r[0] == h[0] and r[1:3].tolist() == t[0, 1:].tolist() and r.size == 3 + 2 * 3
+    rec = r[3:].reshape(2, 3)
+    assert rec[:, :2].tolist() == t[1:, :2].tolist() and rec[:, 2].tolist() == [0xfe << 8, 3]
+
+
+def test_helium_depthwise_table_order():
+    c = 11                                          # a block of eight, then a last block of three
+    t = np.zeros((c + 1, 3), np.int32)
+    t[1:, 0], t[1:, 1], t[1:, 2] = np.arange(c), 100 + np.arange(c), (np.arange(c) + 1) << 16
+    h = nn.helium_table(t, "depthwise_conv2d")
+    order = [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 9]
+    assert h[3:3 + c].tolist() == order and h[3 + c:3 + 2 * c].tolist() == [100 + i for i in order]
+    s = h[3 + 2 * c:].view(np.int8)                 # C8 = 16 left shifts, 16 negated right shifts
+    assert s.size == 32 and not s[:16].any() and s[16:16 + c].tolist() == [-(i + 1) for i in order]
+    assert not s[16 + c:].any()
+
+
+@pytest.mark.parametrize("op,shape", [("dense", (640, 128)), ("dense", (8, 128)), ("dense", (128, 8)),
+                                      ("dense", (12, 37)), ("conv2d", (16, 3, 3, 16)), ("conv2d", (64, 1, 1, 64)),
+                                      ("conv2d", (6, 1, 1, 32)), ("depthwise_conv2d", (1, 3, 3, 64)),
+                                      ("depthwise_conv2d", (1, 3, 3, 13))])
+def test_helium_constants_no_larger_than_dsp(op, shape):
+    """The Helium layouts of a call's constants (weights and channel table) take no more bytes than the DSP
+    path's for the same weights (a fully connected layer's channels in fours, a convolution's K in sixteens
+    as every MLPerf-Tiny layer but the first has them; the table alone for every channel count >= 4)."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-127, 128, shape).astype(np.int8)
+    oc = shape[-1] if op == "depthwise_conv2d" else shape[0]
+    mult, shift = quant_params(rng, oc, True, extreme=True)
+    bias = rng.integers(-5000, 5000, oc).astype(np.int64)
+    if op == "dense":
+        desc = {"op": "dense", "x": [1, shape[1]], "w": list(shape), "y": [1, oc], "in_offset": 3, "has_bias": True,
+                "requant": {"multiplier": None, "shift": None, "offset": 0, "lo": -128, "hi": 127}}
+    else:
+        desc = conv_desc((1, 4, 4, shape[3]), shape, (1, 4, 4, oc), (1, 1), (1, 1), (1, 1), -3, mult, shift, 0,
+                         -128, 127, op == "depthwise_conv2d")
+    table = nn.channel_table(desc, w, tir_table(desc, bias, mult, shift))
+    dsp_w = nn.pack_depthwise(w) if op == "depthwise_conv2d" else nn.pack_weights(w)
+    packed, helium = helium_constants(desc, w, bias, mult, shift)
+    assert helium.nbytes <= table.nbytes and packed.nbytes + helium.nbytes <= dsp_w.nbytes + table.nbytes
+    for c in range(4, 40):                          # the table alone, any channel count
+        t = np.zeros((c + 1, 3), np.int32)
+        assert max(nn.helium_table(t, kind).nbytes for kind in nn.HELIUM_OPS) <= t.nbytes
 
 
 # ------------------------------------------------------------------ QEMU: the MVE code on the Cortex-M55

@@ -31,10 +31,12 @@ and prepares their constants at compile time:
 For a core with Helium (``select(..., mve=True)``: Cortex-M55/M85) the integer
 convolutions, depthwise convolutions and fully connected layers get the
 library's Helium layouts instead (``runtime/tms_nn_helium.inc``): each output
-channel's weights contiguous and padded to 16 bytes, 4 channels more at most
-(:func:`pack_helium`; depthwise weights as in the file), and a channel table
-whose parameters the vector code loads directly (:func:`helium_table`, flagged
-``TMS_PACK_HELIUM`` in its header); their wrappers call the library's Helium
+channel's weights contiguous, a convolution's padded to 16 bytes, a fully
+connected layer's K apart with 3 channels more at most (:func:`pack_helium`;
+depthwise weights as in the file), and a channel table whose parameters the
+vector code loads directly, no larger than the DSP path's from 4 channels on
+(:func:`helium_table`: int8 shifts; flagged ``TMS_PACK_HELIUM`` in its
+header); their wrappers call the library's Helium
 entry points (``tms_conv_s8_helium``, ...) with a larger workspace (four
 windows instead of two).
 
@@ -232,51 +234,77 @@ def _take_helium(k: NnKernel) -> None:
 
 
 # ------------------------------------------------------------------ constants
-def pack_helium(w: np.ndarray) -> np.ndarray:
-    """``(rows, ...)`` int8 weights in the Helium layout: each row's K elements contiguous and padded with
-    zeros to a multiple of 16, rows padded to a multiple of 4: ``[rows4][K16]``.
+def pack_helium(w: np.ndarray, op: str = "conv2d") -> np.ndarray:
+    """``(rows, ...)`` int8 weights in the Helium layout of ``op``'s kernel: a convolution's (``conv2d``) rows
+    of K elements each padded with zeros to K16 (K rounded up to 16): ``[rows][K16]``; a fully connected
+    layer's (``dense``) rows K apart, padded with zero rows to a multiple of 4 (its kernel loads the last
+    K % 16 elements of the input and of each row under a tail predicate): ``[rows4][K]``.
 
-    >>> pack_helium(np.arange(1, 4, dtype=np.int8).reshape(1, 3)).reshape(4, 16)[:2, :4].tolist()
-    [[1, 2, 3, 0], [0, 0, 0, 0]]
+    >>> pack_helium(np.arange(1, 4, dtype=np.int8).reshape(1, 3)).reshape(1, 16)[:, :5].tolist()
+    [[1, 2, 3, 0, 0]]
+    >>> pack_helium(np.arange(1, 4, dtype=np.int8).reshape(1, 3), "dense").reshape(4, 3).tolist()
+    [[1, 2, 3], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
     """
     w = np.asarray(w, np.int8)
     rows = w.shape[0]
     flat = w.reshape(rows, -1)
-    k16, r4 = -(-flat.shape[1] // 16) * 16, -(-rows // 4) * 4
-    out = np.zeros((r4, k16), np.int8)
-    out[:rows, :flat.shape[1]] = flat
+    k = flat.shape[1]
+    if op == "dense":
+        out = np.zeros((-(-rows // 4) * 4, k), np.int8)
+        out[:rows] = flat
+        return out.reshape(-1)
+    out = np.zeros((rows, -(-k // 16) * 16), np.int8)
+    out[:, :k] = flat
     return out.reshape(-1)
+
+
+def _eo_order(c: int) -> np.ndarray:
+    """A depthwise convolution's table order: per block of eight channels (the last one, of ``c % 8``, too)
+    the even channels, then the odd ones (the even and odd lanes of its widening multiply)."""
+    order = []
+    for base in range(0, c, 8):
+        block = list(range(base, min(base + 8, c)))
+        order += block[0::2] + block[1::2]
+    return np.array(order, np.int64)
 
 
 def helium_table(table: np.ndarray, op: str = "dense") -> np.ndarray:
     """A :func:`channel_table` in the Helium layout of ``op``'s kernel: its header (with ``TMS_PACK_HELIUM``),
-    then int32 arrays of C4 (channels rounded up to 4) folded biases, multipliers, left shifts and negated
-    right shifts (zeros past the channels); a convolution's (``conv2d``) those four per channel instead; a
-    depthwise convolution's arrays of C8, each block of eight channels in the order 0, 2, 4, 6, 1, 3, 5, 7.
+    then, for a fully connected layer (``dense``), int32 arrays of C folded biases and C multipliers and
+    int8 arrays of C4 (channels rounded up to 4) left shifts and C4 negated right shifts (zeros past the
+    channels; the vector code widens four of them at a time), padded with zero bytes so that its four-channel
+    loads of the last block stay in the table; a depthwise convolution's (``depthwise_conv2d``) the same with
+    C8, its channels in blocks of eight in the order 0, 2, 4, 6, 1, 3, 5, 7 (a last block of ``C % 8`` its
+    even channels, then its odd ones); a convolution's (``conv2d``: one channel for four pixels) a record of
+    three int32 per channel: bias, multiplier, and left shift and negated right shift as its low two bytes.
+    At most as many bytes as ``table`` (three int32 a channel) from 4 channels on (2 for ``dense``).
 
     >>> t = helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32))
-    >>> t[:3].tolist(), t[3:].reshape(4, 4)[:, 0].tolist()
-    ([5, 0, 0], [7, 1073741824, 0, -3])
+    >>> t[:3].tolist(), t[3:5].tolist(), t[5:].view(np.int8).tolist()
+    ([5, 0, 0], [7, 1073741824], [0, 0, 0, 0, -3, 0, 0, 0, 0, 0, 0, 0])
     >>> helium_table(np.array([[1, 0, 0], [7, 1 << 30, 2 | (3 << 16)]], np.int32), "conv2d")[3:].tolist()
-    [7, 1073741824, 0, -3]
+    [7, 1073741824, 64768]
     """
     table = np.asarray(table, np.int64)
     head, rows = table[0].copy(), table[1:]
     c = rows.shape[0]
-    step = 8 if op == "depthwise_conv2d" else 4
-    cp = -(-c // step) * step
-    arrays = np.zeros((4, cp), np.int64)
-    arrays[0, :c], arrays[1, :c] = rows[:, 0], rows[:, 1]
-    arrays[2, :c] = (rows[:, 2] >> 8) & 0xff
-    arrays[3, :c] = -((rows[:, 2] >> 16) & 0xff)
+    bias, mult = rows[:, 0], rows[:, 1]
+    left = ((rows[:, 2] >> 8) & 0xff).astype(np.int8)
+    nright = (-((rows[:, 2] >> 16) & 0xff)).astype(np.int8)
     head[0] |= _HELIUM_FLAG
     if op == "conv2d":
-        body = arrays[:, :c].T
-    elif op == "depthwise_conv2d":       # even channels, then odd ones, in each block of eight
-        body = arrays.reshape(4, cp // 8, 4, 2).transpose(0, 1, 3, 2)
-    else:
-        body = arrays
-    return np.concatenate([head, body.reshape(-1)]).astype(np.int32)
+        shifts = left.view(np.uint8).astype(np.int64) | (nright.view(np.uint8).astype(np.int64) << 8)
+        body = np.stack([bias, mult, shifts], axis=1).reshape(-1)
+        return np.concatenate([head, body]).astype(np.int32)
+    step = 8 if op == "depthwise_conv2d" else 4
+    cp = -(-c // step) * step
+    order = _eo_order(c) if op == "depthwise_conv2d" else np.arange(c)
+    shift_bytes = np.zeros((2, cp), np.int8)
+    shift_bytes[0, :c], shift_bytes[1, :c] = left[order], nright[order]
+    tail = np.zeros(max(2 * cp, 4 * (cp - c)), np.int8)    # the last block's multiplier loads end in it
+    tail[:2 * cp] = shift_bytes.reshape(-1)
+    words = tail.view("<i4").astype(np.int64)
+    return np.concatenate([head, bias[order], mult[order], words]).astype(np.int32)
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
@@ -700,7 +728,7 @@ def repack(prog, kernels: dict) -> None:
         weights = param(w).reshape(w.shape)
         tab = channel_table(k.desc, weights, None if table is None else table.reshape(-1))
         if k.helium:                     # depthwise weights stay the file's taps x C
-            packed = weights.reshape(-1) if k.op == "depthwise_conv2d" else pack_helium(weights)
+            packed = weights.reshape(-1) if k.op == "depthwise_conv2d" else pack_helium(weights, k.op)
             tab = helium_table(tab, k.op)
         else:
             packed = pack_depthwise(weights) if k.op == "depthwise_conv2d" else pack_weights(weights)
