@@ -60,6 +60,7 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -102,11 +103,19 @@ class NnKernel:
     fma: bool = True            # float kernels: fused multiply-add (else TVM's floats exactly)
     sums_in_table: bool = False  # hybrid convolutions, fully connected: weight sums in flash (else per call)
     helium: bool = False        # integer kernels: the Helium layouts (:func:`select` with ``mve``)
+    wide: bool = False          # a convolution's column widened to int16 (:func:`select` with ``dsp``)
 
     def workspace_events(self) -> list[tuple[str, int]]:
         """The workspace requests of the wrapper as :func:`tvm_memsched.micro.kernels.workspace_requests`
         reads them from TVM's C: its scratch, taken whole from the call's region."""
         return [("alloc", self.col_bytes)] if self.col_bytes else []
+
+    def narrowed(self) -> "NnKernel":
+        """This kernel with a convolution's column kept int8 (``tms_conv_s8``: half the workspace of
+        ``wide``)."""
+        if not self.wide:
+            return self
+        return dataclasses.replace(self, wide=False, col_bytes=self.col_bytes // 2)
 
     @property
     def needs_weight_sums(self) -> bool:
@@ -177,10 +186,12 @@ def _supported(desc: dict) -> str | None:
     return None
 
 
-def select(mod, names, mve: bool = False) -> dict:
+def select(mod, names, mve: bool = False, dsp: bool = False) -> dict:
     """``{PrimFunc name: NnKernel}`` for the kernels among ``names`` the library computes (see the module
     docstring); ``mod`` is the module whose ``main`` calls them (after ``CallTIRRewrite``); ``mve``: the
-    target core has Helium, so the integer kernels of :data:`HELIUM_OPS` take the Helium layouts."""
+    target core has Helium, so the integer kernels of :data:`HELIUM_OPS` take the Helium layouts; ``dsp``: it
+    has the DSP extension (and no Helium), so integer convolutions widen their column to int16 once per pair
+    of windows (``tms_conv_s8_wide``: twice the column bytes, fewer instructions per multiply-accumulate)."""
     import tvm
 
     from ..relax.int8.kernels import description
@@ -201,6 +212,9 @@ def select(mod, names, mve: bool = False) -> dict:
         elif k.op == "conv2d":
             kh, kw, ic = desc["w"][1], desc["w"][2], desc["w"][3]
             k.col_bytes = 2 * (-(-(kh * kw * ic) // 4) * 4)
+            if dsp and not mve:
+                k.wide = True
+                k.col_bytes *= 2                  # TMS_CONV_WIDE_COL_BYTES
         elif k.op == "depthwise_conv2d":      # tap offsets, a border pixel's gathered window, tap validity
             k.col_bytes = 9 * desc["w"][1] * desc["w"][2]
         if mve and k.op in HELIUM_OPS:
@@ -598,6 +612,7 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
     hl = "_helium" if kernel.helium else ""       # the Helium layouts' entry points
     if op == "conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
+        hl = "_wide" if kernel.wide else hl
         body += _with_scratch(kernel, "int8_t", f"tms_conv_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, "
                               f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
                               "scratch);")

@@ -159,6 +159,11 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
 /* CONV_2D (groups 1), NHWC, packed weights; col: TMS_CONV_COL_BYTES bytes, 4-byte aligned. */
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
                  int8_t* col);
+/* The same with each pair of windows widened to int16 once (cores with the DSP extension and no Helium; on
+ * others it is tms_conv_s8); col: TMS_CONV_WIDE_COL_BYTES bytes, 4-byte aligned. */
+#define TMS_CONV_WIDE_COL_BYTES(kh, kw, in_c) (2u * TMS_CONV_COL_BYTES(kh, kw, in_c))
+void tms_conv_s8_wide(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                      int8_t* col);
 /* DEPTHWISE_CONV_2D with depth multiplier 1, NHWC, weights packed per four-channel block (pairs of taps);
  * scratch: TMS_DW_SCRATCH_BYTES(kh * kw) bytes, 4-byte aligned. */
 void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
