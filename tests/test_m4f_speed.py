@@ -145,6 +145,71 @@ def test_a_widened_column_over_the_ram_budget_falls_back_to_the_int8_column(tmp_
         assert entry in (tmp_path / name / "model_kernels.c").read_text(), (name, exp.kernel_choice)
 
 
+# ------------------------------------------------------------------ host: fully connected, pair16 layout
+def run_fc(lib, x, w, bias, zp_in, zp_out, mult, shift, lo, hi, *, pair16=True):
+    rows, k = x.shape
+    n = w.shape[0]
+    per_channel = len(set(zip(mult.tolist(), shift.tolist()))) > 1
+    desc = {"op": "dense", "x": [rows, k], "w": [n, k], "y": [rows, n], "in_offset": -zp_in, "w_offset": 0,
+            "requant": {"multiplier": None if per_channel else int(mult[0]),
+                        "shift": None if per_channel else int(shift[0]), "offset": zp_out, "lo": lo, "hi": hi},
+            "has_bias": True, "dtypes": ["int8"] * 3}
+    table = nn.channel_table(desc, w, nnt.tir_table(desc, bias, mult, shift))
+    if pair16:
+        packed = nn.pack_pair16(w)
+        table[0, 0] |= 8                                   # TMS_PACK_PAIR16
+    else:
+        packed = nn.pack_weights(w)
+    wbuf = np.zeros(packed.size + 16, np.int8)
+    off = (-wbuf.ctypes.data) % 16
+    wbuf[off:off + packed.size] = packed
+    y = np.zeros((rows, n), np.int8)
+    p = nnt.Fc(rows=rows, in_n=k, out_n=n, in_zp=zp_in, out_zp=zp_out, act_min=lo, act_max=hi)
+    lib.tms_fc_s8(ctypes.byref(p), nnt.ptr(x), nnt.ptr(wbuf[off:]), nnt.ptr(table), nnt.ptr(y))
+    return y, table
+
+
+def test_pair16_fully_connected_matches_tflite(lib):
+    """Random shapes (K and the channel count with every remainder mod 4, several rows), both output stages,
+    and weights at the layout's bound: the high channel's sum of |w| * 128 just under 2^23 with every input
+    -128 (the largest sum the shifted difference must carry)."""
+    rng = np.random.default_rng(9)
+    fast = 0
+    for case in range(50):
+        rows, k, n = int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(1, 30))
+        x = rng.integers(-128, 128, (rows, k)).astype(np.int8)
+        w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        if case % 10 == 9:                                 # the bound: 512 * 127 * 128 < 2^23
+            k, n = 512, 6
+            x = np.full((rows, k), -128, np.int8)
+            w = np.where(rng.integers(0, 2, (n, k)) == 1, 127, -127).astype(np.int8)
+            w[1::2] = -127
+        bias = rng.integers(-9000, 9000, n).astype(np.int64)
+        zp_in, zp_out = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+        mult, shift = nnt.quant_params(rng, n, bool(rng.integers(2)), extreme=case % 9 == 8)
+        lo, hi = nnt.act_range(rng)
+        assert nn.pair16_fits(w)
+        y, table = run_fc(lib, x, w, bias, zp_in, zp_out, mult, shift, lo, hi)
+        acc = (x.astype(np.int64) - zp_in) @ w.astype(np.int64).T + bias
+        assert np.array_equal(y, nnt.requant(acc, mult, shift, zp_out, lo, hi)), (case, rows, k, n)
+        fast += int(table[0, 0] & 1)
+    assert 10 < fast < 50
+
+
+def test_pair16_layout_takes_only_weights_that_fit_it():
+    """An int16 per channel pair and the high channel's sum bounded: else the export keeps channel pairs."""
+    assert nn.pair16_fits(np.full((2, 516), 127, np.int8))
+    assert not nn.pair16_fits(np.full((2, 517), 127, np.int8))           # 517 * 127 * 128 >= 2^23
+    low_only = np.full((3, 600), 127, np.int8)
+    low_only[1] = 0                                                      # pairs (0, 1), (2, -): high ones 0
+    assert nn.pair16_fits(low_only)
+    w = np.zeros((2, 4), np.int8)
+    w[1, 2], w[0, 2] = -128, -1                                          # h = -1 - 32768: not an int16
+    assert not nn.pair16_fits(w)
+    w[0, 2] = 0
+    assert nn.pair16_fits(w)
+
+
 # ------------------------------------------------------------------ QEMU: the assembly
 def wide_conv_models(seed=3):
     """Convolutions through the widened column's assembly: an odd group count (K = 36: 9 groups, entering the
@@ -175,3 +240,33 @@ def test_wide_convolution_in_qemu(board, tmp_path):
     # the int8 column (1.53 per multiply-accumulate), 185,240 with the widened one (1.26)
     r = runs["wide16"]
     assert r.instructions < 1.35 * 147456, r.summary()
+
+
+def pair16_models(seed=4):
+    """Fully connected layers through the pair16 assembly: an odd group count (K = 36) with channels left over
+    after blocks of four (n = 10) and a ReLU (the clamped stage), an even one (K = 64, n = 8) at the full
+    range, several rows, plus a wider layer for the speed check (K not a multiple of 4 takes the C form: the
+    host tests)."""
+    rng = np.random.default_rng(seed)
+    return {"odd_groups": T.fully_connected(rng, k=36, n=10, act=1),
+            "even_groups": T.fully_connected(rng, k=64, n=8),
+            "rows": T.fully_connected(rng, k=20, n=12, batch=3),
+            "wide": T.fully_connected(rng, k=256, n=64)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["mps2-an386", "mps2-an505"])
+def test_pair16_fully_connected_in_qemu(board, tmp_path):
+    from tvm_memsched import micro
+
+    runs = {}
+    for name, buf in pair16_models().items():
+        exp = export_library(buf, board, tmp_path / name)
+        assert "#define TMS_NN_FC_PAIR16 1" in (tmp_path / name / "tms_nn_config.h").read_text()
+        r = micro.run_qemu(exp)
+        assert r.ok and r.max_abs_err == 0, (name, r.summary())
+        runs[name] = r
+    # the path taken: 256 -> 64 (16,384 multiply-accumulates) took 24,600 instructions with channel pairs
+    # (1.50 per multiply-accumulate), 18,520 with the pair16 layout (1.13)
+    r = runs["wide"]
+    assert r.instructions < 1.3 * 16384, r.summary()

@@ -52,6 +52,9 @@ typedef struct {
 #define TMS_RQ_FAST 1
 /* the call's weights and table are in the Helium layouts (tms_nn_helium.inc: written for cores with MVE) */
 #define TMS_PACK_HELIUM 4
+/* a fully connected layer's weights in the pair16 layout (two channels' int8 weights as one int16 per input:
+ * tvm_memsched.micro.nn.pack_pair16; written for cores with the DSP extension, computed by any build) */
+#define TMS_PACK_PAIR16 8
 
 typedef struct {
   uint16_t batch, in_h, in_w, in_c, out_h, out_w, out_c;
