@@ -554,7 +554,8 @@ def export(mod, board, out_dir: str, options: PipelineOptions | None = None, *, 
         if kernel_mode in ("fast", "auto"):
             from .nn import params_fit, select
 
-            found = {n: k for n, k in select(pre_ours, called_ours, mve=board.mve).items() if params_fit(k)}
+            found = {n: k for n, k in select(pre_ours, called_ours, mve=board.mve, dsp=board.dsp).items()
+                     if params_fit(k)}
             for k in found.values():
                 k.fma = float_fma
             if found:
@@ -606,6 +607,13 @@ def export(mod, board, out_dir: str, options: PipelineOptions | None = None, *, 
         mode = next(iter(built))                 # "fast" when the library computes anything, else "tvm"
         if len(built) > 1:                       # "auto": both, measured, the faster one within 5% of RAM
             choice = _choose_kernels(built, board, name, states, io, alignment, measure)
+            if choice["chosen"] == "tvm" and any(k.wide for k in libraries["fast"].values()):
+                # over the RAM budget with widened convolution columns: the library with int8 columns
+                libraries["fast"] = {n: k.narrowed() for n, k in libraries["fast"].items()}
+                built["fast"] = build_ours(libraries["fast"])
+                choice = _choose_kernels(built, board, name, states, io, alignment, measure)
+                choice["reason"] += " (convolution columns not widened: within the budget only so)" \
+                    if choice["chosen"] == "fast" else ""
             mode = choice["chosen"]
         prog, kmod, rep, lower_bound, ws = built[mode]
         library = libraries[mode]

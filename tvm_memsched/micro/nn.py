@@ -62,6 +62,7 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -70,7 +71,8 @@ import numpy as np
 __all__ = ["NnKernel", "FLOAT_OPS", "HYBRID_OPS", "select", "wrapper_source", "repack", "hybrid_table",
            "hybrid_scratch_bytes", "input_dies", "pack_weights", "pack_depthwise", "channel_table", "call_macs",
            "params_fit", "library_variants", "config_header", "MODES", "LIBRARY_FILES",
-           "SUMS_MIN_POSITIONS", "pack_helium", "helium_table", "HELIUM_OPS"]
+           "SUMS_MIN_POSITIONS", "pack_helium", "helium_table", "HELIUM_OPS", "pack_pair16",
+           "pair16_fits"]
 
 #: kernel choices of the C export: the microkernel library where it applies, or TVM's C everywhere
 MODES = ("fast", "tvm")
@@ -78,6 +80,7 @@ MODES = ("fast", "tvm")
 LIBRARY_FILES = ("tms_nn.c", "tms_nn.h", "tms_nn_float.inc", "tms_nn_helium.inc")
 _FAST_FLAG = 1
 _HELIUM_FLAG = 4                # TMS_PACK_HELIUM: weights and table in the Helium layouts
+_PAIR16_FLAG = 8                # TMS_PACK_PAIR16: a fully connected layer's weights in the pair16 layout
 #: integer kernels the library computes in its Helium layouts on cores with MVE
 HELIUM_OPS = ("conv2d", "depthwise_conv2d", "dense")
 _SUMS_FLAG = 128                # TMS_F_SUMS: a hybrid kernel's weight sums in its table
@@ -104,11 +107,20 @@ class NnKernel:
     fma: bool = True            # float kernels: fused multiply-add (else TVM's floats exactly)
     sums_in_table: bool = False  # hybrid convolutions, fully connected: weight sums in flash (else per call)
     helium: bool = False        # integer kernels: the Helium layouts (:func:`select` with ``mve``)
+    wide: bool = False          # a convolution's column widened to int16 (:func:`select` with ``dsp``)
+    pair16: bool = False        # a fully connected layer's weights in the pair16 layout where they fit it
 
     def workspace_events(self) -> list[tuple[str, int]]:
         """The workspace requests of the wrapper as :func:`tvm_memsched.micro.kernels.workspace_requests`
         reads them from TVM's C: its scratch, taken whole from the call's region."""
         return [("alloc", self.col_bytes)] if self.col_bytes else []
+
+    def narrowed(self) -> "NnKernel":
+        """This kernel with a convolution's column kept int8 (``tms_conv_s8``: half the workspace of
+        ``wide``)."""
+        if not self.wide:
+            return self
+        return dataclasses.replace(self, wide=False, col_bytes=self.col_bytes // 2)
 
     @property
     def needs_weight_sums(self) -> bool:
@@ -179,10 +191,13 @@ def _supported(desc: dict) -> str | None:
     return None
 
 
-def select(mod, names, mve: bool = False) -> dict:
+def select(mod, names, mve: bool = False, dsp: bool = False) -> dict:
     """``{PrimFunc name: NnKernel}`` for the kernels among ``names`` the library computes (see the module
     docstring); ``mod`` is the module whose ``main`` calls them (after ``CallTIRRewrite``); ``mve``: the
-    target core has Helium, so the integer kernels of :data:`HELIUM_OPS` take the Helium layouts."""
+    target core has Helium, so the integer kernels of :data:`HELIUM_OPS` take the Helium layouts; ``dsp``: it
+    has the DSP extension (and no Helium), so integer convolutions widen their column to int16 once per pair
+    of windows (``tms_conv_s8_wide``: twice the column bytes, fewer instructions per multiply-accumulate) and
+    fully connected layers take the pair16 layout where their weights fit it (:func:`pack_pair16`)."""
     import tvm
 
     from ..relax.int8.kernels import description
@@ -203,8 +218,13 @@ def select(mod, names, mve: bool = False) -> dict:
         elif k.op == "conv2d":
             kh, kw, ic = desc["w"][1], desc["w"][2], desc["w"][3]
             k.col_bytes = 2 * (-(-(kh * kw * ic) // 4) * 4)
+            if dsp and not mve:
+                k.wide = True
+                k.col_bytes *= 2                  # TMS_CONV_WIDE_COL_BYTES
         elif k.op == "depthwise_conv2d":      # tap offsets, a border pixel's gathered window, tap validity
             k.col_bytes = 9 * desc["w"][1] * desc["w"][2]
+        elif k.op == "dense":
+            k.pair16 = dsp and not mve
         if mve and k.op in HELIUM_OPS:
             _take_helium(k)
         found[name] = k
@@ -320,6 +340,42 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(r2 // 2, 2, k4 // 4, 4).transpose(0, 2, 1, 3)).reshape(-1)
 
 
+def pair16_fits(w: np.ndarray) -> bool:
+    """Whether fully connected weights ``(n, K)`` fit the pair16 layout (:func:`pack_pair16`): each pair's
+    ``h = w[c] + 256 w[c + 1]`` an int16 and ``|sum of w[c + 1] x| < 2**23`` for any int8 input (the
+    library recovers channel c + 1's sum from ``sum of h x`` minus channel c's in 32 bits, shifted by 8).
+
+    >>> pair16_fits(np.array([[5, -128], [-128, 7]], np.int8)), pair16_fits(np.array([[-1], [-128]], np.int8))
+    (True, False)
+    """
+    flat = np.asarray(w, np.int64).reshape(w.shape[0], -1)
+    if flat.shape[0] % 2:
+        flat = np.concatenate([flat, np.zeros((1, flat.shape[1]), np.int64)])
+    lo, hi = flat[0::2], flat[1::2]
+    h = lo + 256 * hi
+    return bool(np.all((h >= -32768) & (h <= 32767)) and np.all(128 * np.abs(hi).sum(axis=1) < 1 << 23))
+
+
+def pack_pair16(w: np.ndarray) -> np.ndarray:
+    """Fully connected weights ``(n, K)`` in the pair16 layout (``TMS_PACK_PAIR16``, for cores with the DSP
+    extension; :func:`pair16_fits` first), int8 bytes: rows padded to a multiple of 4 and K to a multiple of 4
+    with zeros, channels ``(c, c + 1)`` as int16 ``h = w[c] + 256 w[c + 1]`` per input (little-endian: the low
+    byte is ``w[c]``), per group of four inputs ``[h(k), h(k + 2), h(k + 1), h(k + 3)]`` (the SXTB16 and
+    SXTB16 ROR #8 halves of an input word), two pairs per group: ``[n/4][K/4][2][4]`` int16.
+
+    >>> pack_pair16(np.array([[1, 2, 3, 4], [0, 1, 0, -1]], np.int8)).view(np.int16)[:8].tolist()
+    [1, 3, 258, -252, 0, 0, 0, 0]
+    """
+    flat = np.asarray(w, np.int64).reshape(w.shape[0], -1)
+    n, k = flat.shape
+    n4, k4 = -(-n // 4) * 4, -(-k // 4) * 4
+    padded = np.zeros((n4, k4), np.int64)
+    padded[:n, :k] = flat
+    h = padded[0::2] + 256 * padded[1::2]                                   # (n4 / 2, k4)
+    h = h.reshape(n4 // 4, 2, k4 // 4, 4)[..., [0, 2, 1, 3]].transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(h.astype(np.int16)).reshape(-1).view(np.int8)
+
+
 def pack_depthwise(w: np.ndarray) -> np.ndarray:
     """Depthwise weights ``(1, kh, kw, C)`` as the library reads them: per block of four channels (zero
     beyond ``C``), each pair of taps ``(t, t+1)`` as two words ``[w_t[c], w_t[c+1], w_t+1[c], w_t+1[c+1]]``
@@ -425,13 +481,14 @@ def library_variants(prog, kernels: dict) -> dict:
     """``{macro: 0 or 1}``: which specialised variants of the library ``prog``'s calls reach (after
     :func:`repack`), as ``tms_nn.c`` names them (``TMS_NN_MODE_EXACT``, ``_FULL``, ``_CLAMP``,
     ``TMS_NN_FMA_OFF``, ``TMS_NN_FMA_ON``, ``TMS_NN_HDW_TAPS``, ``TMS_NN_HDW_ONCE``, ``TMS_NN_HDW_REST``,
-    ``TMS_NN_HYBRID_SYM``, ``TMS_NN_HYBRID_ASYM``). An integer call's output mode follows from the fast flag
-    :func:`channel_table` wrote into its table and its activation range, as ``out_mode`` picks it; a float
-    call's from its kernel's ``fma``; a hybrid depthwise convolution's from whether it may overwrite its input
-    (:func:`input_dies`: quantized once, else tap by tap) and whether its channels leave some over after
-    blocks of four; a hybrid call's quantization from its ``asymmetric``. A kind of kernel no call uses keeps
-    its default (1), which costs nothing: the functions are only linked where called."""
-    modes, fmas, hdw, rest, asym = set(), set(), set(), set(), set()
+    ``TMS_NN_HYBRID_SYM``, ``TMS_NN_HYBRID_ASYM``, ``TMS_NN_FC_PAIRS``, ``TMS_NN_FC_PAIR16``). An integer
+    call's output mode follows from the fast flag :func:`channel_table` wrote into its table and its activation
+    range, as ``out_mode`` picks it; a float call's from its kernel's ``fma``; a hybrid depthwise convolution's
+    from whether it may overwrite its input (:func:`input_dies`: quantized once, else tap by tap) and whether
+    its channels leave some over after blocks of four; a hybrid call's quantization from its ``asymmetric``; a
+    fully connected call's weight layout from its table's ``TMS_PACK_PAIR16`` flag. A kind of kernel no call
+    uses keeps its default (1), which costs nothing: the functions are only linked where called."""
+    modes, fmas, hdw, rest, asym, fc = set(), set(), set(), set(), set(), set()
     for call in prog.calls:
         k = kernels.get(call.kernel)
         if k is None:
@@ -441,6 +498,8 @@ def library_variants(prog, kernels: dict) -> dict:
             rq = k.desc["requant"]
             fast = bool(int(table[0]) & _FAST_FLAG)
             modes.add(0 if not fast else 1 if rq["lo"] <= -128 and rq["hi"] >= 127 else 2)
+            if k.op == "dense" and not k.helium:
+                fc.add(bool(int(table[0]) & _PAIR16_FLAG))
         elif k.op in FLOAT_OPS:
             fmas.add(bool(k.fma))
         if k.op == "hybrid_depthwise_conv2d":
@@ -458,6 +517,8 @@ def library_variants(prog, kernels: dict) -> dict:
                     "TMS_NN_HDW_REST": int(True in rest)})
     if asym:
         out.update({"TMS_NN_HYBRID_SYM": int(False in asym), "TMS_NN_HYBRID_ASYM": int(True in asym)})
+    if fc:
+        out.update({"TMS_NN_FC_PAIRS": int(False in fc), "TMS_NN_FC_PAIR16": int(True in fc)})
     return out
 
 
@@ -626,6 +687,7 @@ def wrapper_source(kernel: NnKernel, sym: str) -> str:
     hl = "_helium" if kernel.helium else ""       # the Helium layouts' entry points
     if op == "conv2d":
         head.append(_struct("tms_conv_t", var, _conv_params(d)))
+        hl = "_wide" if kernel.wide else hl
         body += _with_scratch(kernel, "int8_t", f"tms_conv_s8{hl}(&{var}, {_arg(0, 'const int8_t*')}, "
                               f"{_arg(1, 'const int8_t*')}, {_arg(2, 'const tms_chan_t*')}, {_arg(3, 'int8_t*')}, "
                               "scratch);")
@@ -730,6 +792,9 @@ def repack(prog, kernels: dict) -> None:
         if k.helium:                     # depthwise weights stay the file's taps x C
             packed = weights.reshape(-1) if k.op == "depthwise_conv2d" else pack_helium(weights, k.op)
             tab = helium_table(tab, k.op)
+        elif k.pair16 and pair16_fits(weights):
+            packed = pack_pair16(weights)
+            tab[0, 0] |= _PAIR16_FLAG
         else:
             packed = pack_depthwise(weights) if k.op == "depthwise_conv2d" else pack_weights(weights)
         call.args = [x, add(packed), add(tab), y]

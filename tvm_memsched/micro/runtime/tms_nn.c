@@ -72,6 +72,13 @@
 #ifndef TMS_NN_HDW_REST
 #define TMS_NN_HDW_REST 1
 #endif
+/* fully connected layers' weights in channel pairs (pack_weights), in the pair16 layout (TMS_PACK_PAIR16) */
+#ifndef TMS_NN_FC_PAIRS
+#define TMS_NN_FC_PAIRS 1
+#endif
+#ifndef TMS_NN_FC_PAIR16
+#define TMS_NN_FC_PAIR16 1
+#endif
 /* hybrid operators' inputs quantized symmetrically, asymmetrically */
 #ifndef TMS_NN_HYBRID_SYM
 #define TMS_NN_HYBRID_SYM 1
@@ -80,8 +87,9 @@
 #define TMS_NN_HYBRID_ASYM 1
 #endif
 #if !(TMS_NN_MODE_EXACT || TMS_NN_MODE_FULL || TMS_NN_MODE_CLAMP) || !(TMS_NN_FMA_OFF || TMS_NN_FMA_ON) || \
-    !(TMS_NN_HDW_TAPS || TMS_NN_HDW_ONCE) || !(TMS_NN_HYBRID_SYM || TMS_NN_HYBRID_ASYM)
-#error "tms_nn_config.h leaves no output mode, no multiply-add, no hybrid depthwise variant or no quantization"
+    !(TMS_NN_HDW_TAPS || TMS_NN_HDW_ONCE) || !(TMS_NN_HYBRID_SYM || TMS_NN_HYBRID_ASYM) || \
+    !(TMS_NN_FC_PAIRS || TMS_NN_FC_PAIR16)
+#error "tms_nn_config.h leaves no output mode, no multiply-add, no hybrid depthwise variant, no quantization or no fully connected layout"
 #endif
 
 #define TMS_INLINE static inline __attribute__((always_inline))
@@ -90,6 +98,7 @@
 #define TMS_DRIVER static __attribute__((noinline))
 /* word access to int8 buffers that are 4-byte aligned (column buffers, packed weights) */
 typedef int32_t __attribute__((may_alias, aligned(4))) tms_w32_t;
+typedef int16_t __attribute__((may_alias, aligned(2))) tms_h16_t;
 
 /* ------------------------------------------------------------------ instructions */
 #if TMS_ASM
@@ -709,6 +718,7 @@ typedef struct {
   int32_t z21;           /* 28: 2 zp + 1 */
   int32_t lo4, hi4;      /* 32, 36: activation bounds in every byte */
   int32_t clamp;         /* 40: apply them */
+  int32_t odd;           /* 44: conv16_pairs_m4: an odd group count (kiters is then (groups + 1) / 2) */
 } tms_job_t;
 
 __attribute__((naked, noinline, unused)) static void conv_pairs_m4(const tms_job_t* job __attribute__((unused))) {
@@ -867,7 +877,7 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
 #if TMS_ASM && !TMS_MVE
   const int32_t even = oc & ~1;      /* channel pairs in assembly, an odd last channel in C */
   tms_job_t job = {col, w, tab + 1, y, oc, K4 / 4, oc / 2, o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
-                   (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP};
+                   (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP, 0};
   const int by_asm = mode != TMS_EXACT && even > 0;
 #endif
   for (int32_t b = 0; b < p->batch; ++b) {
@@ -900,6 +910,255 @@ void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tm
   }
 }
 
+/* ------------------------------------------------------------------ CONV_2D, column widened to int16 */
+/* tms_conv_s8_wide (cores with the DSP extension, no Helium): as tms_conv_s8, but each pair of windows is
+ * gathered widened to int16 (im2col16: per group of four elements, [pixel 0: SXTB16, SXTB16 ROR #8][pixel 1:
+ * the same]), so the channel loop only widens weights: one LDM for both pixels' group, and each weight word
+ * feeds both pixels (16 instructions per 16 multiply-accumulates instead of 20, 15 with two groups per pass).
+ * Elsewhere it is tms_conv_s8 (the buffer is larger than that needs). */
+#if TMS_DSP && !TMS_MVE
+/* n bytes of one pixel's window into logical positions [k, k + n) of widened column slot j: element k at
+ * group k / 4, word 2 j + (k & 1), half (k & 2) / 2 (SXTB16's order) */
+static void col16_put(int8_t* col, int j, int32_t k, const int8_t* src, int32_t n) {
+  if (((k | n) & 3) == 0) {
+    tms_w32_t* d = (tms_w32_t*)(col + 4 * k + 8 * j);
+    for (int32_t i = 0; i < n; i += 4, d += 4) {
+      const int32_t v = rd32(src + i);
+      d[0] = sxtb16(v);
+      d[1] = sxtb16_ror8(v);
+    }
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i, ++k)
+    *(tms_h16_t*)(col + 16 * (k >> 2) + 8 * j + 4 * (k & 1) + (k & 2)) = src[i];
+}
+
+static void col16_fill(int8_t* col, int j, int32_t k, int8_t v, int32_t n) {
+  if (((k | n) & 3) == 0) {
+    tms_w32_t* d = (tms_w32_t*)(col + 4 * k + 8 * j);
+    const int32_t v2 = (int32_t)((uint32_t)(uint16_t)(int16_t)v * 0x00010001u);
+    for (int32_t i = 0; i < n; i += 4, d += 4) d[0] = d[1] = v2;
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i, ++k) *(tms_h16_t*)(col + 16 * (k >> 2) + 8 * j + 4 * (k & 1) + (k & 2)) = v;
+}
+
+/* im2col into widened column slot j */
+static void im2col16(const tms_conv_t* p, const int8_t* x, int32_t oy, int32_t ox, int8_t* col, int j) {
+  const int32_t c = p->in_c, rowlen = p->kw * c;
+  int32_t k = 0;
+  int32_t iy0 = oy * p->sh - p->pad_t, ix0 = ox * p->sw - p->pad_l;
+  int dense = p->dw == 1 && ix0 >= 0 && ix0 + p->kw <= p->in_w;
+  for (int32_t ky = 0; ky < p->kh; ++ky, k += rowlen) {
+    int32_t iy = iy0 + ky * p->dh;
+    if (iy < 0 || iy >= p->in_h) {
+      col16_fill(col, j, k, p->in_zp, rowlen);
+      continue;
+    }
+    const int8_t* row = x + ((int32_t)iy * p->in_w) * c;
+    if (dense) {
+      col16_put(col, j, k, row + ix0 * c, rowlen);
+      continue;
+    }
+    for (int32_t kx = 0; kx < p->kw; ++kx) {
+      int32_t ix = ix0 + kx * p->dw;
+      if (ix < 0 || ix >= p->in_w)
+        col16_fill(col, j, k + kx * c, p->in_zp, c);
+      else
+        col16_put(col, j, k + kx * c, row + ix * c, c);
+    }
+  }
+}
+
+/* the widened pair of columns (groups of [p0 even, p0 odd, p1 even, p1 odd]) against a channel pair
+ * (w: [groups][2][4]); acc[2 * pixel + channel] += ... */
+TMS_INLINE void dot16_2x2(const int8_t* col, const int8_t* w, int32_t groups, int32_t* acc) {
+  int32_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
+  const tms_w32_t* c = (const tms_w32_t*)col;
+  const tms_w32_t* wp = (const tms_w32_t*)w;
+  for (; groups > 0; --groups, c += 4, wp += 2) {
+    int32_t we = sxtb16(wp[0]), wo = sxtb16_ror8(wp[0]);
+    a00 = smlad(c[0], we, a00);
+    a00 = smlad(c[1], wo, a00);
+    a10 = smlad(c[2], we, a10);
+    a10 = smlad(c[3], wo, a10);
+    we = sxtb16(wp[1]);
+    wo = sxtb16_ror8(wp[1]);
+    a01 = smlad(c[0], we, a01);
+    a01 = smlad(c[1], wo, a01);
+    a11 = smlad(c[2], we, a11);
+    a11 = smlad(c[3], wo, a11);
+  }
+  acc[0] = a00;
+  acc[1] = a01;
+  acc[2] = a10;
+  acc[3] = a11;
+}
+
+TMS_INLINE void conv16_two_impl(const int mode, const int8_t* col, const int8_t* w, const tms_chan_t* ch,
+                                int32_t K4, int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o) {
+  const tms_chan_t* end = ch + (oc & ~1);
+  for (; ch < end; ch += 2, w += 2 * K4, y0 += 2, y1 += 2) {
+    int32_t acc[4] = {ch[0].bias, ch[1].bias, ch[0].bias, ch[1].bias};
+    dot16_2x2(col, w, K4 >> 2, acc);
+    y0[0] = out1(mode, ch, acc[0], o);
+    y1[0] = out1(mode, ch, acc[2], o);
+    y0[1] = out1(mode, ch + 1, acc[1], o);
+    y1[1] = out1(mode, ch + 1, acc[3], o);
+  }
+  if (oc & 1) { /* the partner of the last channel: zero weights */
+    int32_t acc[4] = {ch[0].bias, 0, ch[0].bias, 0};
+    dot16_2x2(col, w, K4 >> 2, acc);
+    y0[0] = out1(mode, ch, acc[0], o);
+    y1[0] = out1(mode, ch, acc[2], o);
+  }
+}
+TMS_MODES(conv16_two, (const int8_t* col, const int8_t* w, const tms_chan_t* ch, int32_t K4, int32_t oc, int8_t* y0, int8_t* y1, const tms_out_t* o), col, w, ch, K4, oc, y0, y1, o)
+
+#if TMS_ASM
+/* conv_pairs_m4 over the widened column: two groups per pass (an odd count enters at the second). */
+__attribute__((naked, noinline, unused)) static void conv16_pairs_m4(const tms_job_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "sub sp, sp, #16\n\t"
+      "str r0, [sp, #0]\n\t"          /* job */
+      "ldr r1, [r0, #24]\n\t"
+      "str r1, [sp, #4]\n\t"          /* pairs left */
+      "ldr r1, [r0, #8]\n\t"
+      "str r1, [sp, #8]\n\t"          /* ch */
+      "ldr r1, [r0, #12]\n\t"
+      "str r1, [sp, #12]\n\t"         /* y0 */
+      "ldr r1, [r0, #4]\n\t"          /* w: advances through the pairs */
+      "1:\n\t"
+      "ldr r7, [sp, #8]\n\t"
+      "ldr r3, [r7, #0]\n\t"          /* acc p0c0 = bias c0 */
+      "ldr r4, [r7, #12]\n\t"         /* acc p0c1 = bias c1 */
+      "mov r5, r3\n\t"                /* acc p1c0 */
+      "mov r6, r4\n\t"                /* acc p1c1 */
+      "ldr r8, [sp, #0]\n\t"
+      "ldr r0, [r8, #0]\n\t"          /* widened column */
+      "ldr r2, [r8, #20]\n\t"         /* passes: (groups + 1) / 2 */
+      "ldr r7, [r8, #44]\n\t"         /* an odd group count */
+      "cbnz r7, 5f\n\t"
+      "2:\n\t"
+      "ldm r0!, {r7, r8, r9, r10}\n\t" /* p0 (x0, x2), p0 (x1, x3), p1 ..., p1 ... */
+      "ldrd r11, r12, [r1], #8\n\t"   /* wa wb */
+      "sxtb16 lr, r11\n\t"
+      "smlad r3, r7, lr, r3\n\t"
+      "smlad r5, r9, lr, r5\n\t"
+      "sxtb16 r11, r11, ror #8\n\t"
+      "smlad r3, r8, r11, r3\n\t"
+      "smlad r5, r10, r11, r5\n\t"
+      "sxtb16 lr, r12\n\t"
+      "smlad r4, r7, lr, r4\n\t"
+      "smlad r6, r9, lr, r6\n\t"
+      "sxtb16 r12, r12, ror #8\n\t"
+      "smlad r4, r8, r12, r4\n\t"
+      "smlad r6, r10, r12, r6\n\t"
+      "5:\n\t"
+      "ldm r0!, {r7, r8, r9, r10}\n\t"
+      "ldrd r11, r12, [r1], #8\n\t"
+      "sxtb16 lr, r11\n\t"
+      "smlad r3, r7, lr, r3\n\t"
+      "smlad r5, r9, lr, r5\n\t"
+      "sxtb16 r11, r11, ror #8\n\t"
+      "smlad r3, r8, r11, r3\n\t"
+      "smlad r5, r10, r11, r5\n\t"
+      "sxtb16 lr, r12\n\t"
+      "smlad r4, r7, lr, r4\n\t"
+      "smlad r6, r9, lr, r6\n\t"
+      "sxtb16 r12, r12, ror #8\n\t"
+      "smlad r4, r8, r12, r4\n\t"
+      "smlad r6, r10, r12, r6\n\t"
+      "subs r2, r2, #1\n\t"
+      "bne 2b\n\t"
+      "ldr r0, [sp, #0]\n\t"
+      "ldr r2, [sp, #8]\n\t"          /* ch */
+      "ldr r12, [r0, #28]\n\t"        /* z21 */
+      "ldrd r7, r8, [r2, #4]\n\t"     /* channel 0: mult, shifts */
+      TMS_ASM_RQ("r3")
+      TMS_ASM_RQ("r5")
+      "ldrd r7, r8, [r2, #16]\n\t"    /* channel 1 */
+      TMS_ASM_RQ("r4")
+      TMS_ASM_RQ("r6")
+      "bfi r3, r4, #8, #8\n\t"        /* y0[c], y0[c+1] */
+      "bfi r5, r6, #8, #8\n\t"        /* y1[c], y1[c+1] */
+      "ldr r7, [r0, #40]\n\t"
+      "cbz r7, 3f\n\t"
+      "pkhbt r3, r3, r5, lsl #16\n\t" /* four bytes: clamp them at once */
+      "ldrd r7, r8, [r0, #32]\n\t"
+      TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")
+      "lsr r5, r3, #16\n\t"
+      "3:\n\t"
+      "ldr lr, [sp, #12]\n\t"         /* y0 */
+      "ldr r11, [r0, #16]\n\t"
+      "strh r3, [lr]\n\t"
+      "strh r5, [lr, r11]\n\t"
+      "add lr, lr, #2\n\t"
+      "str lr, [sp, #12]\n\t"
+      "add r2, r2, #24\n\t"
+      "str r2, [sp, #8]\n\t"
+      "ldr r2, [sp, #4]\n\t"
+      "subs r2, r2, #1\n\t"
+      "str r2, [sp, #4]\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #16\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#endif
+#endif
+
+void tms_conv_s8_wide(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                      int8_t* col) {
+#if TMS_DSP && !TMS_MVE
+  const int32_t K = p->kh * p->kw * p->in_c, K4 = (K + 3) & ~3, oc = p->out_c;
+  const int32_t npix = p->out_h * p->out_w;
+  const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
+  const int mode = out_mode(tab, p->act_min, p->act_max);
+  int8_t* col8 = col + 2 * K4;     /* a last pixel alone: its int8 window */
+  /* the widened padding (K..K4) meets zero weights: give it a value */
+  for (int32_t k = K; k < K4; ++k)
+    for (int j = 0; j < 2; ++j) *(tms_h16_t*)(col + 16 * (k >> 2) + 8 * j + 4 * (k & 1) + (k & 2)) = 0;
+#if TMS_ASM
+  const int32_t even = oc & ~1;
+  const int32_t groups = K4 >> 2;
+  tms_job_t job = {col, w, tab + 1, y, oc, (groups + 1) >> 1, oc / 2, o.z21,
+                   (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u), (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u),
+                   mode == TMS_FAST_CLAMP, groups & 1};
+  const int by_asm = mode != TMS_EXACT && even > 0;
+#endif
+  for (int32_t b = 0; b < p->batch; ++b) {
+    const int8_t* xb = x + (int32_t)b * p->in_h * p->in_w * p->in_c;
+    int8_t* yb = y + (int32_t)b * npix * oc;
+    int32_t oy = 0, ox = 0;
+    for (int32_t pix = 0; pix < npix; pix += 2) {
+      int8_t* y0 = yb + pix * oc;
+      if (pix + 1 == npix) { /* a last pixel alone: its int8 window, padding zeroed as tms_conv_s8 does */
+        im2col(p, xb, oy, ox, col8, 0);
+        for (int32_t k = K; k < K4; ++k) col8[((k >> 2) << 3) + (k & 3)] = 0;
+        TMS_BY_MODE(mode, fc_row, col8, 8, w, tab + 1, K4, oc, y0, &o);
+        break;
+      }
+      im2col16(p, xb, oy, ox, col, 0);
+      if (++ox == p->out_w) ox = 0, ++oy;
+      im2col16(p, xb, oy, ox, col, 1);
+      if (++ox == p->out_w) ox = 0, ++oy;
+#if TMS_ASM
+      if (by_asm) {
+        job.y0 = y0;
+        conv16_pairs_m4(&job);
+        if (oc & 1) conv16_two(mode, col, w + even * K4, tab + 1 + even, K4, 1, y0 + even, y0 + oc + even, &o);
+        continue;
+      }
+#endif
+      TMS_BY_MODE(mode, conv16_two, col, w, tab + 1, K4, oc, y0, y0 + oc, &o);
+    }
+  }
+#else
+  tms_conv_s8(p, x, w, tab, y, col);
+#endif
+}
+
 /* ------------------------------------------------------------------ FULLY_CONNECTED */
 #if TMS_ASM
 /* fc_row with the fast requantisation, four output channels at a time (two packed pairs), hand-
@@ -915,7 +1174,7 @@ typedef struct {
   int32_t z21;           /* 24 */
   int32_t lo4, hi4;      /* 28, 32 */
   int32_t clamp;         /* 36 */
-  int32_t pair_bytes;    /* 40: 2 * K */
+  int32_t extra;         /* 40: fc_groups_m4: 2 * K (the second pair's offset); fc16_blocks_m4: K / 4 odd */
 } tms_fcjob_t;
 
 __attribute__((naked, noinline, unused)) static void fc_groups_m4(const tms_fcjob_t* job __attribute__((unused))) {
@@ -1000,25 +1259,180 @@ __attribute__((naked, noinline, unused)) static void fc_groups_m4(const tms_fcjo
 #endif
 
 
+/* ------------------------------------------------------------------ FULLY_CONNECTED, paired channels */
+/* Weights in the pair16 layout (the table's TMS_PACK_PAIR16; tvm_memsched.micro.nn.pack_pair16, exported for
+ * cores with the DSP extension): output channels c, c + 1 share int16 h = w[c][k] + 256 w[c + 1][k] per
+ * input (both int8, so h's low byte is w[c][k] and its bytes are as many as the two channels' weights); per
+ * group of four inputs the words [h(k), h(k + 2)] and [h(k + 1), h(k + 3)], which face the input word's
+ * SXTB16 and SXTB16 ROR #8 halves; two pairs interleaved per group, [n/4][K4/4][2][2] words. One SMLAD of a
+ * word sums w[c] x + 256 w[c + 1] x over two inputs, one more after SXTB16 (the low bytes) w[c] x alone:
+ * their difference, shifted right by 8, is channel c + 1's sum, exact where |sum of w[c + 1] x| < 2^23
+ * (the export packs so only then). Three instructions per four multiply-accumulates instead of four. */
+TMS_INLINE int32_t pair16_low(int32_t h) { return (int8_t)(uint8_t)((uint32_t)h & 0xffu); }
+
+/* one channel pair's sums over K inputs at x (s0, s1: their biases in, sums out); w: the pair's words of the
+ * first group (the next group's 16 bytes on) */
+TMS_INLINE void fc16_pair(const int8_t* x, const int8_t* w, int32_t K, int32_t* s0, int32_t* s1) {
+  const tms_w32_t* wp = (const tms_w32_t*)w;
+  int32_t a = *s0, b = *s1, rest = K;
+#if TMS_DSP
+  int32_t ab = a;
+  for (int32_t g = K >> 2; g > 0; --g, x += 4, wp += 4) {
+    const int32_t xv = rd32(x), xe = sxtb16(xv), xo = sxtb16_ror8(xv);
+    a = smlad(sxtb16(wp[0]), xe, a);
+    ab = smlad(wp[0], xe, ab);
+    a = smlad(sxtb16(wp[1]), xo, a);
+    ab = smlad(wp[1], xo, ab);
+  }
+  b += (int32_t)((uint32_t)ab - (uint32_t)a) >> 8;
+  rest = K & 3;                        /* the last group's first K % 4 inputs, one by one */
+#endif
+  for (int32_t i = 0; i < rest; ++i) {
+    const int p = i & 3;
+    const int32_t h = ((const tms_h16_t*)(wp + 4 * (i >> 2) + (p & 1)))[p >> 1], lo = pair16_low(h);
+    a += lo * x[i];
+    b += ((h - lo) >> 8) * x[i];
+  }
+  *s0 = a;
+  *s1 = b;
+}
+
+TMS_INLINE void fc16_row_impl(const int mode, const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K,
+                              int32_t n, int8_t* y, const tms_out_t* o) {
+  const int32_t K4 = (K + 3) & ~3;
+  for (int32_t c = 0; c < n; c += 2) {   /* pair c / 2: block c / 4, its second pair 8 bytes on */
+    const int n1 = c + 1 < n;
+    int32_t s0 = ch[c].bias, s1 = n1 ? ch[c + 1].bias : 0;
+    fc16_pair(x, w + (c >> 2) * 4 * K4 + (c & 2) * 4, K, &s0, &s1);
+    y[c] = out1(mode, ch + c, s0, o);
+    if (n1) y[c + 1] = out1(mode, ch + c + 1, s1, o);
+  }
+}
+TMS_MODES(fc16_row, (const int8_t* x, const int8_t* w, const tms_chan_t* ch, int32_t K, int32_t n, int8_t* y, const tms_out_t* o), x, w, ch, K, n, y, o)
+
+#if TMS_ASM
+/* fc16_row with the fast requantisation for whole blocks of four channels, K a multiple of 4, two groups of
+ * inputs per pass (an odd count enters at the second): every input word widened once feeds four channels, one
+ * LDM a block's group of weights; 17 instructions per 16 multiply-accumulates. */
+
+#define TMS_ASM_FC16_GROUP                                                                \
+  "ldr r7, [r0], #4\n\t"                                                                  \
+  "sxtb16 r8, r7, ror #8\n\t"     /* x1, x3 */                                            \
+  "sxtb16 r7, r7\n\t"             /* x0, x2 */                                            \
+  "ldm r1!, {r9, r10, r11, r12}\n\t"                                                      \
+  "sxtb16 lr, r9\n\t"                                                                     \
+  "smlad r3, lr, r7, r3\n\t"                                                              \
+  "smlad r4, r9, r7, r4\n\t"                                                              \
+  "sxtb16 lr, r10\n\t"                                                                    \
+  "smlad r3, lr, r8, r3\n\t"                                                              \
+  "smlad r4, r10, r8, r4\n\t"                                                             \
+  "sxtb16 lr, r11\n\t"                                                                    \
+  "smlad r5, lr, r7, r5\n\t"                                                              \
+  "smlad r6, r11, r7, r6\n\t"                                                             \
+  "sxtb16 lr, r12\n\t"                                                                    \
+  "smlad r5, lr, r8, r5\n\t"                                                              \
+  "smlad r6, r12, r8, r6\n\t"
+
+__attribute__((naked, noinline, unused)) static void fc16_blocks_m4(const tms_fcjob_t* job __attribute__((unused))) {
+  __asm__ volatile(
+      "push {r4-r11, lr}\n\t"
+      "sub sp, sp, #16\n\t"
+      "str r0, [sp, #0]\n\t"
+      "ldr r1, [r0, #20]\n\t"
+      "str r1, [sp, #4]\n\t"          /* blocks left */
+      "ldr r1, [r0, #8]\n\t"
+      "str r1, [sp, #8]\n\t"          /* ch */
+      "ldr r1, [r0, #12]\n\t"
+      "str r1, [sp, #12]\n\t"         /* y */
+      "ldr r1, [r0, #4]\n\t"          /* weights: advance through the blocks */
+      "1:\n\t"
+      "ldr r12, [sp, #0]\n\t"
+      "ldr r7, [sp, #8]\n\t"
+      "ldr r3, [r7, #0]\n\t"          /* channel 0: bias */
+      "mov r4, r3\n\t"                /* channel 0 + 256 channel 1 */
+      "ldr r5, [r7, #24]\n\t"         /* channel 2 */
+      "mov r6, r5\n\t"                /* channel 2 + 256 channel 3 */
+      "ldr r0, [r12, #0]\n\t"         /* x */
+      "ldr r2, [r12, #16]\n\t"        /* passes */
+      "ldr r7, [r12, #40]\n\t"
+      "cbnz r7, 5f\n\t"
+      "2:\n\t"
+      TMS_ASM_FC16_GROUP
+      "5:\n\t"
+      TMS_ASM_FC16_GROUP
+      "subs r2, r2, #1\n\t"
+      "bne 2b\n\t"
+      "ldr lr, [sp, #0]\n\t"
+      "ldr r0, [sp, #8]\n\t"          /* ch */
+      "sub r4, r4, r3\n\t"            /* 256 x channel 1's sum */
+      "ldr r7, [r0, #12]\n\t"
+      "add r4, r7, r4, asr #8\n\t"
+      "sub r6, r6, r5\n\t"
+      "ldr r7, [r0, #36]\n\t"
+      "add r6, r7, r6, asr #8\n\t"
+      "ldr r12, [lr, #24]\n\t"        /* z21 */
+      "ldrd r7, r8, [r0, #4]\n\t"
+      TMS_ASM_RQ("r3")
+      "ldrd r7, r8, [r0, #16]\n\t"
+      TMS_ASM_RQ("r4")
+      "ldrd r7, r8, [r0, #28]\n\t"
+      TMS_ASM_RQ("r5")
+      "ldrd r7, r8, [r0, #40]\n\t"
+      TMS_ASM_RQ("r6")
+      "bfi r3, r4, #8, #8\n\t"
+      "bfi r3, r5, #16, #8\n\t"
+      "bfi r3, r6, #24, #8\n\t"
+      "ldr r7, [lr, #36]\n\t"
+      "cbz r7, 3f\n\t"
+      "ldrd r7, r8, [lr, #28]\n\t"
+      TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")
+      "3:\n\t"
+      "ldr r7, [sp, #12]\n\t"
+      "str r3, [r7], #4\n\t"
+      "str r7, [sp, #12]\n\t"
+      "add r0, r0, #48\n\t"
+      "str r0, [sp, #8]\n\t"
+      "ldr r7, [sp, #4]\n\t"
+      "subs r7, r7, #1\n\t"
+      "str r7, [sp, #4]\n\t"
+      "bne 1b\n\t"
+      "add sp, sp, #16\n\t"
+      "pop {r4-r11, pc}\n\t");
+}
+#endif
+
 void tms_fc_s8(const tms_fc_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y) {
   const int32_t K = p->in_n, n = p->out_n;
   const tms_out_t o = out_params(p->out_zp, p->act_min, p->act_max);
   const int mode = out_mode(tab, p->act_min, p->act_max);
+  /* the layout of the weights, among the compiled ones */
+  const int pair16 = TMS_NN_FC_PAIR16 && (!TMS_NN_FC_PAIRS || (tab[0].bias & TMS_PACK_PAIR16) != 0);
 #if TMS_ASM && !TMS_MVE
-  if (mode != TMS_EXACT && (K & 3) == 0 && n >= 4) {   /* groups of four channels in assembly, the rest in C */
+  if (mode != TMS_EXACT && (K & 3) == 0 && K > 0 && n >= 4) {   /* groups of four channels in assembly, the rest in C */
     const int32_t n4 = n & ~3;
-    tms_fcjob_t job = {x, w, tab + 1, y, K / 4, n / 4, o.z21, (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u),
-                       (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u), mode == TMS_FAST_CLAMP, 2 * K};
+    tms_fcjob_t job = {x, w, tab + 1, y, pair16 ? ((K >> 2) + 1) >> 1 : K / 4, n / 4, o.z21,
+                       (int32_t)((uint32_t)(uint8_t)o.lo * 0x01010101u), (int32_t)((uint32_t)(uint8_t)o.hi * 0x01010101u),
+                       mode == TMS_FAST_CLAMP, pair16 ? (K >> 2) & 1 : 2 * K};
     for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) {
       job.x = x;
       job.y = y;
-      fc_groups_m4(&job);
-      if (n4 < n) fc_row(mode, x, 4, w + n4 * K, tab + 1 + n4, K, n - n4, y + n4, &o);
+      if (pair16) {
+        fc16_blocks_m4(&job);
+        if (n4 < n) fc16_row(mode, x, w + n4 * K, tab + 1 + n4, K, n - n4, y + n4, &o);
+      } else {
+        fc_groups_m4(&job);
+        if (n4 < n) fc_row(mode, x, 4, w + n4 * K, tab + 1 + n4, K, n - n4, y + n4, &o);
+      }
     }
     return;
   }
 #endif
-  for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) TMS_BY_MODE(mode, fc_row, x, 4, w, tab + 1, K, n, y, &o);
+  for (int32_t r = 0; r < p->rows; ++r, x += K, y += n) {
+    if (pair16)
+      TMS_BY_MODE(mode, fc16_row, x, w, tab + 1, K, n, y, &o);
+    else
+      TMS_BY_MODE(mode, fc_row, x, 4, w, tab + 1, K, n, y, &o);
+  }
 }
 
 /* ------------------------------------------------------------------ DEPTHWISE_CONV_2D */

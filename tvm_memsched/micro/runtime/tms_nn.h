@@ -52,6 +52,9 @@ typedef struct {
 #define TMS_RQ_FAST 1
 /* the call's weights and table are in the Helium layouts (tms_nn_helium.inc: written for cores with MVE) */
 #define TMS_PACK_HELIUM 4
+/* a fully connected layer's weights in the pair16 layout (two channels' int8 weights as one int16 per input:
+ * tvm_memsched.micro.nn.pack_pair16; written for cores with the DSP extension, computed by any build) */
+#define TMS_PACK_PAIR16 8
 
 typedef struct {
   uint16_t batch, in_h, in_w, in_c, out_h, out_w, out_c;
@@ -159,6 +162,11 @@ void tms_hdwconv_f32(const tms_convf_t* p, const float* x, const int8_t* w, cons
 /* CONV_2D (groups 1), NHWC, packed weights; col: TMS_CONV_COL_BYTES bytes, 4-byte aligned. */
 void tms_conv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
                  int8_t* col);
+/* The same with each pair of windows widened to int16 once (cores with the DSP extension and no Helium; on
+ * others it is tms_conv_s8); col: TMS_CONV_WIDE_COL_BYTES bytes, 4-byte aligned. */
+#define TMS_CONV_WIDE_COL_BYTES(kh, kw, in_c) (2u * TMS_CONV_COL_BYTES(kh, kw, in_c))
+void tms_conv_s8_wide(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
+                      int8_t* col);
 /* DEPTHWISE_CONV_2D with depth multiplier 1, NHWC, weights packed per four-channel block (pairs of taps);
  * scratch: TMS_DW_SCRATCH_BYTES(kh * kw) bytes, 4-byte aligned. */
 void tms_dwconv_s8(const tms_conv_t* p, const int8_t* x, const int8_t* w, const tms_chan_t* tab, int8_t* y,
