@@ -191,7 +191,10 @@ def test_random_operators_in_qemu_on_the_cortex_m0plus(tmp_path):
     requantisation as the Cortex-M0+ runs them (QEMU, unaligned accesses trapped): bit-identical."""
     from tvm_memsched import micro
 
-    for name, buf in random_models().items():
-        exp = nnt.export_fast(buf, "mps2-an385-m0plus", tmp_path / name)
-        r = micro.run_qemu(exp)
-        assert r.ok and r.max_abs_err == 0, (name, r.summary())
+    models = random_models()       # side by side in one model: one export, one firmware, one QEMU run
+    exp = nnt.export_fast(T.side_by_side(models), "mps2-an385-m0plus", tmp_path)
+    assert len(exp.library_kernels) == exp.kernels == len(models), exp.library_kernels     # every operator
+    ref = micro.reference_outputs(exp.mod, micro.default_inputs(exp))
+    r = micro.run_qemu(exp, reference=ref)
+    bad = nnt.differing(list(models), r.outputs, ref)
+    assert r.ok and r.max_abs_err == 0 and not bad, (bad, r.summary())

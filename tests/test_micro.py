@@ -417,23 +417,20 @@ def test_linker_scripts_follow_each_machine_s_memory_map(tmp_path):
     ("mps3-an547", ("conv_2d.int8.tflite", "fully_connected.int8.tflite")),       # both Helium dot products
     ("mps2-an505", ("conv_2d.int8.tflite",)),
     ("mps2-an385-m0plus", ("conv_2d.int8.tflite", "fully_connected.float32.tflite"))])   # plain C, soft float
-def test_new_cores_run_int8_and_float_models_bit_identical_to_tflite_micro(board, names, tmp_path):
+def test_new_cores_run_int8_and_float_models_bit_identical_to_tflite_micro(board, names, tmp_path, capsys):
     """Cortex-M55 (Helium: the convolution's and dense layer's dot products as predicated 16-lane
     reductions), Cortex-M33 (DSP) and Cortex-M0+ (ARMv6-M, soft float, unaligned accesses trapped): the
     microkernel library's int8 convolution and dense layer run bit for bit as TFLite Micro runs them, the
     float dense layer within TFLM's float rounding; instruction counts follow each machine's SysTick clock."""
-    import os
-
-    from test_cli import run
-
     folder = os.path.join(os.path.dirname(__file__), "data", "coverage")
-    for name in names:
-        proc = run("micro", os.path.join(folder, name), "-b", board, "--run", "--kernels", "fast", "--out",
-                   str(tmp_path / name), "-q")
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "vs TFLite Micro: bit-identical (ok)" in proc.stdout or (
-            "float32" in name and "vs TFLite Micro: max abs diff" in proc.stdout and "(ok)" in proc.stdout)
-        macs = re.search(r"([\d,]+) instructions \(([\d.]+) per multiply-accumulate", proc.stdout)
+    for name in names:   # the command in this process (tests/test_frontends.py, test_unroll.py run it in its own)
+        code = cli_main(["micro", os.path.join(folder, name), "-b", board, "--run", "--kernels", "fast", "--out",
+                         str(tmp_path / name), "-q"])
+        out, err = capsys.readouterr()
+        assert code == 0, out + err
+        assert "vs TFLite Micro: bit-identical (ok)" in out or (
+            "float32" in name and "vs TFLite Micro: max abs diff" in out and "(ok)" in out)
+        macs = re.search(r"([\d,]+) instructions \(([\d.]+) per multiply-accumulate", out)
         # at most 16 multiply-accumulates per instruction (Helium's widest): a smaller count would be wrong
         assert macs and int(macs.group(1).replace(",", "")) > 0 and float(macs.group(2)) >= 1 / 16
 

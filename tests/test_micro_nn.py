@@ -7,11 +7,13 @@
   when proven, and both epilogues are exercised.
 * In place: the output written over the input at the smallest lag tvm_memsched's TIR analysis allows for
   the same operator, in one shared buffer.
-* Exports: single-operator models exported with the library and run on the host (both paths) and in QEMU
-  (Cortex-M4 with DSP, Cortex-M3 without), bit-identical to TVM's integer TIR kernels (the scalar path).
+* Exports: single-operator models side by side in one model, exported with the library and run on the
+  host (both paths) and in QEMU (Cortex-M4 with DSP, Cortex-M3 without), bit-identical to TVM's integer
+  TIR kernels (the scalar path).
 """
 
 import ctypes
+import functools
 import math
 import os
 import re
@@ -399,16 +401,31 @@ def export_fast(buf, board, out):
     return exp
 
 
-@pytest.mark.parametrize("name", list(single_op_models()))
-def test_exported_operators_match_tvm_integer_kernels_on_the_host(name, tmp_path):
+def export_single_ops(board, out):
+    """The single-operator models side by side in one model (tflite_ops.side_by_side), exported for ``board``:
+    one export, one library build and one run check every operator; ``(export, operator names)``."""
+    names = list(single_op_models())
+    exp = export_fast(T.side_by_side(single_op_models()), board, out)
+    assert len(exp.library_kernels) == exp.kernels == len(names), exp.library_kernels   # every operator
+    return exp, names
+
+
+def differing(names, outputs, reference):
+    """The operators whose output is not bit-identical to the reference's."""
+    return [n for n, a, b in zip(names, outputs, reference) if a.shape != b.shape or not np.array_equal(a, b)]
+
+
+def test_exported_operators_match_tvm_integer_kernels_on_the_host(tmp_path):
     """Both host builds of the library (plain C; DSP path in portable C) equal TVM's TIR kernels bit for bit."""
     from tvm_memsched import micro
 
-    exp = export_fast(single_op_models()[name], "mps2-an386", tmp_path)
+    exp, names = export_single_ops("mps2-an386", tmp_path)
     ref = micro.reference_outputs(exp.mod, micro.default_inputs(exp))
+    assert len(ref) == len(names)
     for flags in ([], ["-DTMS_NN_EMULATE_DSP"]):
         r = micro.run_host(exp, reference=ref, cflags=flags)
-        assert r.ok and r.max_abs_err == 0, (flags, r.summary())
+        assert r.ok and r.max_abs_err == 0 and not differing(names, r.outputs, ref), \
+            (flags, differing(names, r.outputs, ref), r.summary())
 
 
 @pytest.mark.slow
@@ -417,10 +434,11 @@ def test_exported_operators_match_in_qemu(board, tmp_path):
     """The real DSP path (Cortex-M4: SXTB16, SMLAD, SMMULR) and the plain path (Cortex-M3), in QEMU."""
     from tvm_memsched import micro
 
-    for name, buf in single_op_models().items():
-        exp = export_fast(buf, board, tmp_path / name)
-        r = micro.run_qemu(exp)
-        assert r.ok and r.max_abs_err == 0, (name, r.summary())
+    exp, names = export_single_ops(board, tmp_path)
+    ref = micro.reference_outputs(exp.mod, micro.default_inputs(exp))
+    r = micro.run_qemu(exp, reference=ref)
+    assert r.ok and r.max_abs_err == 0 and not differing(names, r.outputs, ref), \
+        (differing(names, r.outputs, ref), r.summary())
 
 
 @pytest.mark.slow
@@ -750,6 +768,38 @@ def hybrid_tir(f, x, w, scales, bias):
     return y.numpy()
 
 
+@functools.lru_cache(maxsize=None)
+def hybrid_cases(op, seed, count, in_place=False):
+    """``count`` random cases of ``op`` from ``seed`` (:func:`hybrid_case`) as ``(f, x, w, scales, bias, TIR
+    output, in-place shifts)``; ``in_place``: only the cases whose output may overlap their input (shifts
+    from tvm_memsched's TIR analysis). The TIR kernels are built in one module, once, and shared by both host
+    builds of the library (the cases depend on the seed alone)."""
+    import tvm
+
+    from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
+    from tvm_memsched.relax.int8.kernels import description
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        f, x, w, scales, bias = hybrid_case(rng, op)
+        shifts = [s for i, o, s in kernel_inplace_shifts(f, len(f.params) - 1) if i == 0] if in_place else []
+        if in_place and not shifts:
+            continue
+        for a in (x, w, scales, bias):
+            if a is not None:
+                a.flags.writeable = False          # shared: a test changing them would change the other's
+        cases.append((f, x, w, scales, bias, shifts))
+    built = tvm.tirx.build(tvm.IRModule({f"k{k}": c[0].with_attr("global_symbol", f"k{k}")
+                                         for k, c in enumerate(cases)}), target="llvm")
+    out = []
+    for k, (f, x, w, scales, bias, shifts) in enumerate(cases):
+        y = tvm.runtime.tensor(np.zeros(description(f)["y"], np.float32))
+        built[f"k{k}"](*[tvm.runtime.tensor(a) for a in [x, w, scales] + ([bias] if bias is not None else [])], y)
+        out.append((f, x, w, scales, bias, y.numpy(), shifts))
+    return out
+
+
 def aligned(a: np.ndarray, align: int = 16) -> np.ndarray:
     buf = np.zeros(a.nbytes + align, np.uint8)
     off = (-buf.ctypes.data) % align
@@ -800,10 +850,8 @@ def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(lib, op):
     channel counts, several rows, strides, padding, dilation, batches of every sign (and all zero), asymmetric
     and symmetric quantization, per-channel and per-tensor scales, both rescale orders, with and without a
     bias, every activation range, the weight sums in the table or computed per call."""
-    rng = np.random.default_rng({"hybrid_conv2d": 61, "hybrid_depthwise_conv2d": 62, "hybrid_dense": 63}[op])
-    for case in range(25):
-        f, x, w, scales, bias = hybrid_case(rng, op)
-        want = hybrid_tir(f, x, w, scales, bias)
+    seed = {"hybrid_conv2d": 61, "hybrid_depthwise_conv2d": 62, "hybrid_dense": 63}[op]
+    for case, (f, x, w, scales, bias, want, _) in enumerate(hybrid_cases(op, seed, 25)):
         for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
             for sums_in_table in (False, True):
                 got = hybrid_lib(lib, f, x.copy(), w, scales, bias, consume=consume, sums_in_table=sums_in_table)
@@ -814,20 +862,12 @@ def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(lib, op):
 @pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
 def test_hybrid_kernels_in_place_at_the_lag_the_tir_analysis_allows(lib, op):
     """The output written over the input, placed where tvm_memsched's TIR analysis says it may be."""
-    from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
-
-    rng = np.random.default_rng(71)
-    tried = 0
-    for case in range(40):
-        f, x, w, scales, bias = hybrid_case(rng, op)
-        shifts = [s for i, o, s in kernel_inplace_shifts(f, len(f.params) - 1) if i == 0]
-        if not shifts:
-            continue
+    cases = hybrid_cases(op, 71, 40, in_place=True)
+    for case, (f, x, w, scales, bias, want, shifts) in enumerate(cases):
         for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
             got = hybrid_lib(lib, f, x, w, scales, bias, y_in_x=min(shifts), consume=consume)
-            assert np.array_equal(got, hybrid_tir(f, x, w, scales, bias)), (case, consume)
-        tried += 1
-    assert tried >= 8
+            assert np.array_equal(got, want), (case, consume)
+    assert len(cases) >= 8
 
 
 def test_a_call_overwrites_its_input_only_where_nothing_reads_it_again():
@@ -1153,10 +1193,7 @@ def test_a_library_with_one_hybrid_depthwise_variant_computes_the_same(config, t
     """Compiled with one of the two ways of quantizing a hybrid depthwise convolution's input, the library
     computes the TIR kernel's outputs; the tap-by-tap one leaves the input as it is whatever the call says."""
     lib, _ = _variant_lib(tmp_path, config)
-    rng = np.random.default_rng(81)
-    for case in range(10):
-        f, x, w, scales, bias = hybrid_case(rng, "hybrid_depthwise_conv2d")
-        want = hybrid_tir(f, x, w, scales, bias)
+    for case, (f, x, w, scales, bias, want, _) in enumerate(hybrid_cases("hybrid_depthwise_conv2d", 81, 10)):
         kept = x.copy()
         got = hybrid_lib(lib, f, kept, w, scales, bias, consume=config["TMS_NN_HDW_ONCE"])
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), case

@@ -1,14 +1,11 @@
 """MetaSchedule tuning of the kernels our pipeline emits (relax/passes/tune_kernels.py, ``--tune``).
 
 Quick: the options are checked by name, a non-host target is refused, ShrinkWorkspace leaves a tuned
-kernel as it is. Slow (MetaSchedule builds and runs candidates in worker processes): a small network tuned
-with a handful of trials computes what the untuned build computes, with the same plan under the memory
-tradeoff; a second build from the same database tunes nothing and builds the same kernels; ``compare --tune``
-reports both sides' tuning.
+kernel as it is. Slow (MetaSchedule builds and runs candidates in worker processes), one test in one process: a small
+network tuned with a handful of trials computes what the untuned build computes, with the same plan under
+the memory tradeoff; a second build from the same database tunes nothing and builds the same kernels;
+``compare --tune`` reports both sides' tuning.
 """
-
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -67,24 +64,21 @@ def test_shrink_workspace_leaves_a_tuned_kernel_alone():
         assert kept[gv].same_as(marked[gv])
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory):
-    """One database for the slow tests: the compare test finds our kernels tuned by the first."""
-    return str(tmp_path_factory.mktemp("tuning") / "db")
-
-
 def _build(mod, options):
     p = MemschedPipeline(TARGET, options)
     return tvm.compile(mod, tvm.target.Target(TARGET), relax_pipeline=p), p
 
 
 @pytest.mark.slow
-def test_tuned_build_computes_the_same_with_the_same_plan_and_reuses_its_database(tmp_path, database):
+def test_tuned_build_computes_the_same_with_the_same_plan_and_reuses_its_database(tmp_path, capsys):
+    """One test, one process and one database for the whole story (MetaSchedule's first tuning in a process
+    imports TVM's tensor intrinsics, a minute and more; the second half finds our kernels tuned by the first):
+    builds, then ``compare --tune``."""
     mod = branchy_module(branches=1, channels=4, size=8)
     inputs = random_inputs(mod["main"], 0)
     ex0, p0 = _build(mod, PipelineOptions())
     expected = run_vm(ex0, inputs)
-    db = database
+    db = str(tmp_path / "db")
     ex1, p1 = _build(mod, PipelineOptions(tune=2, tune_database=db))
     assert p1.tune.tuner.tuned_kernels >= 2                    # the two convolutions at least
     found = [r for r in p1.tune.report if r.tuned]
@@ -110,6 +104,7 @@ def test_tuned_build_computes_the_same_with_the_same_plan_and_reuses_its_databas
     tuner = KernelTuner(str(tmp_path / "empty"), TARGET, trials=0)
     assert tuner.tune({"k": kernel}) == {} and tuner.tuned_kernels == 0 and tuner.best(kernel) == (None, None)
     assert p1.tune.tuner.known(kernel) is False or p1.tune.tuner.best(kernel)[0] is not None
+    _compare_tune_reports_both_sides(mod, db, capsys)
 
 
 def _fused(mod):
@@ -122,12 +117,12 @@ def mod_kernels(mod):
     return [(gv, f) for gv, f in _fused(mod).functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
 
 
-@pytest.mark.slow
-def test_compare_tune_reports_both_sides(database):
+def _compare_tune_reports_both_sides(mod, db, capsys):
+    """``compare --tune`` reports both sides' tuning; our side's kernels are in ``db`` already, TVM's default
+    kernels are tuned now; a second compare tunes nothing."""
+    from tvm_memsched.app.cli import main as cli_main
     from tvm_memsched.relax.compare import compare
 
-    mod = branchy_module(branches=1, channels=4, size=8)
-    db = database          # our side's kernels are in it already (the test above); TVM's are tuned now
     c = compare(mod, TARGET, PipelineOptions(tune=2, tune_database=db), repeat=0)
     assert c.numerics_ok and c.tuning["database"] == db and c.tuning["kernels_tuned_now"] >= 1
     assert c.tuning["default"] and c.tuning["memsched"]
@@ -135,7 +130,11 @@ def test_compare_tune_reports_both_sides(database):
     again = compare(mod, TARGET, PipelineOptions(tune=2, tune_database=db), repeat=0)
     assert again.tuning["kernels_tuned_now"] == 0 and again.memsched_planned_bytes == c.memsched_planned_bytes
     assert "nothing tuned" in again.summary()
-    # the command: the same, one line of error for a bad value
-    r = subprocess.run([sys.executable, "-m", "tvm_memsched.app.cli", "compare", "zoo:swiftnet_like", "--tune",
-                        "-3"], capture_output=True, text=True)
-    assert r.returncode == 2 and "tune" in r.stderr and "Traceback" not in r.stderr
+    # the command: one line of error for a bad value (tests/test_cli.py runs `compare` in a process of its own)
+    capsys.readouterr()
+    try:
+        rc = cli_main(["compare", "zoo:swiftnet_like", "--tune", "-3"])
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2 and "tune" in err and "Traceback" not in err, err

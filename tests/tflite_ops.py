@@ -142,3 +142,44 @@ def sequence_lstm(rng, *, steps=3, batch=2, n_in=3, n_cell=4, n_out=None, cifg=F
                 projClip=proj_clip, timeMajor=time_major)
     mb.op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [y], O.UnidirectionalSequenceLSTMOptions, o, version=1)
     return mb.finish([x], [y])
+
+
+def side_by_side(models: dict) -> bytes:
+    """One model computing each of ``models`` (``{name: single-graph .tflite bytes}``) on its own: their
+    operators, inputs and outputs side by side in one graph (tensors renamed ``name/tensor``), so that one
+    export, one firmware and one run check them all. Output ``k`` is the ``k``-th model's output."""
+    from tvm_memsched.tflite.builder import load, serialize
+
+    m = tfl.ModelT()
+    m.version, m.description = 3, "side by side: " + ", ".join(models)
+    m.operatorCodes, m.buffers = [], [tfl.BufferT()]
+    sg = tfl.SubGraphT()
+    sg.name, sg.tensors, sg.operators, sg.inputs, sg.outputs = "main", [], [], [], []
+    codes: dict = {}
+    for name, buf in models.items():
+        part = load(buf)
+        assert len(part.subgraphs) == 1, name
+        src = part.subgraphs[0]
+        opcode = {}
+        for i, c in enumerate(part.operatorCodes):
+            key = (c.builtinCode, c.deprecatedBuiltinCode, c.version, c.customCode)
+            if key not in codes:
+                codes[key] = len(m.operatorCodes)
+                m.operatorCodes.append(c)
+            opcode[i] = codes[key]
+        base = len(sg.tensors)
+        for t in src.tensors:
+            if t.buffer:
+                m.buffers.append(part.buffers[t.buffer])
+                t.buffer = len(m.buffers) - 1
+            t.name = f"{name}/{t.name.decode() if isinstance(t.name, bytes) else t.name}"
+            sg.tensors.append(t)
+        for op in src.operators:
+            op.opcodeIndex = opcode[op.opcodeIndex]
+            op.inputs = [int(i) + base if i >= 0 else -1 for i in op.inputs]
+            op.outputs = [int(i) + base for i in op.outputs]
+            sg.operators.append(op)
+        sg.inputs += [int(i) + base for i in src.inputs]
+        sg.outputs += [int(i) + base for i in src.outputs]
+    m.subgraphs = [sg]
+    return serialize(m)

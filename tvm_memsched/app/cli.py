@@ -123,7 +123,7 @@ def cmd_compare(args) -> int:
     if wants_tiling(args):
         from .models import tiled_relax_spec
 
-        tiled, _, untiled_mod, _ = tiled_relax_spec(args.model, args, progress=progress_for(args))
+        tiled, _, untiled_mod, _ = tiled_relax_spec(args.model, args, progress=progress_for(args), imported=mod)
         if tiled is not None:
             untiled, mod = untiled_mod, tiled
     c = compare(mod, args.target, opts, name=name, run=not args.no_run,

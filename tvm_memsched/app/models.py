@@ -343,18 +343,21 @@ def search_tiling_for(tg, args, *, inplace: str = "off", tflm: bool | None = Fal
     return res
 
 
-def tiled_relax_spec(spec: str, args, progress=None):
+def tiled_relax_spec(spec: str, args, progress=None, imported=None):
     """``(tiled Relax module or None, TilingResult, untiled module, .tflite bytes)`` for ``--tile`` in
     ``compare`` and ``micro``: the model's ``.tflite`` is tiled (builtin ops), then imported; the untiled module
     is imported from the same file (the reference). Other models (ONNX, .pt2) are tiled by the Relax rewrite
-    (:mod:`tvm_memsched.relax.passes.tiling`); the .tflite bytes are then None."""
+    (:mod:`tvm_memsched.relax.passes.tiling`); the .tflite bytes are then None. ``imported``: what
+    ``load_relax_spec(spec, args.input_shape)`` returned already (an ONNX or .pt2 file is then not imported
+    a second time)."""
     from ..relax.frontends.frontend import from_tflite_bytes
     from ..tflite.reader import read_tflite
 
     z = parse_zoo_spec(spec)
     buf = zoo.tflite(*z) if z is not None else tflite_bytes(spec, getattr(args, "input_shape", None))
     if buf is None:                       # ONNX, .pt2, Relax: the Relax rewrite (tvm_memsched.relax.passes.tiling)
-        untiled, _ = load_relax_spec(spec, input_shapes=getattr(args, "input_shape", None))
+        untiled = imported if imported is not None else \
+            load_relax_spec(spec, input_shapes=getattr(args, "input_shape", None))[0]
         res = search_tiling_for(untiled, args, progress=progress)
         return res.buf, res, untiled, None
     # scored with the overlaps our Relax in-place execution finds (traced windows, like TFLM's "windowed")

@@ -37,9 +37,10 @@ MetaSchedule's CPU rules as they are (also splits and factors reductions). A ker
 schedule (one ``InlineProducers`` computed in bands is already scheduled) keeps its untuned form, with the
 reason in ``report``.
 
-The tuning runs MetaSchedule's local builder and runner (worker processes on
-this machine; kernels are built without importing ``tvm.s_tir.tensor_intrin``,
-which takes minutes to import and which CPU kernels do not use).
+The tuning runs MetaSchedule's local runner and a builder whose worker processes
+serve the whole run (on this machine; kernels are built without importing
+``tvm.s_tir.tensor_intrin``, which takes minutes to import and which CPU kernels
+do not use).
 
 Example
 -------
@@ -94,6 +95,51 @@ def build_kernel(mod, target, _params=None):
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm_build(mod, target=target)
+
+
+def _build_and_export(mod, target) -> str:
+    """What a builder worker does with one candidate: :func:`build_kernel`, then MetaSchedule's default export
+    (a shared library in a temporary directory, for the runner)."""
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+
+    return default_export(build_kernel(mod, target))
+
+
+def _pooled_builder(max_workers: int, timeout_sec: float):
+    """A MetaSchedule builder whose worker processes serve the whole tuning run.
+
+    MetaSchedule's ``LocalBuilder`` starts new workers for every batch of candidates (one batch per kernel
+    and search round) and once more for a check when it is made; each worker imports TVM (and torch, which
+    ``tvm_ffi`` imports): seconds of CPU per worker, more than building a small kernel. Here the pool is made
+    once per :meth:`KernelTuner.tune` call; a worker is replaced after 64 builds (the leak the ``LocalBuilder``
+    avoids by restarting its workers stays bounded)."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+    @derived_object
+    class PooledBuilder(PyBuilder):
+        def __init__(self):
+            super().__init__()
+            self.timeout_sec = timeout_sec
+            self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec, maximum_process_uses=64)
+
+        def build(self, build_inputs):
+            results = []
+            for r in self.pool.map_with_error_catching(lambda x: _build_and_export(*x),
+                                                       [(b.mod, b.target) for b in build_inputs]):
+                if r.status == StatusKind.COMPLETE:
+                    results.append(BuilderResult(r.value, None))
+                elif r.status == StatusKind.TIMEOUT:
+                    results.append(BuilderResult(None, f"builder: timeout, killed after {self.timeout_sec} s"))
+                else:
+                    results.append(BuilderResult(None, "builder: an exception occurred\n" + str(r.value)))
+            return results
+
+        def shutdown(self):
+            self.pool.shutdown()
+
+    return PooledBuilder()
 
 
 def _schedule_rules(rules: str):
@@ -225,13 +271,15 @@ class KernelTuner:
         if self.progress:
             self.progress(f"tuning {len(tasks)} kernel(s) with MetaSchedule, {self.trials} trials each")
         start = time.perf_counter()
-        ms.tune_tasks(tasks=tasks, task_weights=weights, work_dir=self.directory,
-                      max_trials_global=self.trials * len(tasks), max_trials_per_task=self.trials,
-                      num_trials_per_iter=min(64, self.trials),
-                      builder=ms.builder.LocalBuilder(f_build=build_kernel, timeout_sec=120,
-                                                       max_workers=max(1, min(os.cpu_count() or 1, self.trials))),
-                      runner=ms.runner.LocalRunner(timeout_sec=60), database=self.database,
-                      cost_model="xgb" if _has_xgboost() else "random")
+        builder = _pooled_builder(max(1, min(os.cpu_count() or 1, self.trials)), 120)
+        try:
+            ms.tune_tasks(tasks=tasks, task_weights=weights, work_dir=self.directory,
+                          max_trials_global=self.trials * len(tasks), max_trials_per_task=self.trials,
+                          num_trials_per_iter=min(64, self.trials), builder=builder,
+                          runner=ms.runner.LocalRunner(timeout_sec=60), database=self.database,
+                          cost_model="xgb" if _has_xgboost() else "random")
+        finally:
+            builder.shutdown()
         self.tuning_seconds += time.perf_counter() - start
         self.tuned_kernels = len(tasks)
         # a workload whose every candidate failed has no record; commit it so the next build does not retune
