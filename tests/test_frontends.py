@@ -205,31 +205,32 @@ def test_bench_takes_model_files_without_tvm(files, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(TINY))
-def test_compare_onnx(files, name, tmp_path):
-    out = tmp_path / "c.json"
-    p = run("compare", files[f"{name}.onnx"], "--json", str(out), "--no-runtimes")
-    assert p.returncode == 0, p.stderr
+def test_compare_onnx(files, name, tmp_path, capsys):
+    out = tmp_path / "c.json"       # the command in this process (tests/test_cli.py runs compare in its own)
+    code, _, err = cli(capsys, "compare", files[f"{name}.onnx"], "--json", str(out), "--no-runtimes")
+    assert code == 0, err
     d = json.loads(out.read_text())
     assert d["numerics_ok"] and d["ratio"] >= 1.0
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tradeoff", ["balanced", "speed"])
-def test_compare_densenet_faster_kernels_in_place(files, tradeoff, tmp_path):
+def test_compare_densenet_faster_kernels_in_place(files, tradeoff, tmp_path, capsys):
     """The DenseNet transition (a copy-first 1x1 convolution over its input, then an average pool over that) runs
     in place with the faster kernels and computes TVM's numbers (it did not while one kernel kept noalias)."""
     out = tmp_path / "c.json"
-    p = run("compare", files["densenet.onnx"], "--tradeoff", tradeoff, "--json", str(out), "--no-runtimes")
-    assert p.returncode == 0, p.stderr
+    code, _, err = cli(capsys, "compare", files["densenet.onnx"], "--tradeoff", tradeoff, "--json", str(out),
+                       "--no-runtimes")
+    assert code == 0, err
     d = json.loads(out.read_text())
     assert d["numerics_ok"] and d["max_abs_diff"] == 0.0 and d["inplace_taken"] > 0
 
 
 @pytest.mark.slow
-def test_compare_pt2(files, tmp_path):
+def test_compare_pt2(files, tmp_path, capsys):
     out = tmp_path / "c.json"
-    p = run("compare", files["squeezenet.pt2"], "--json", str(out))
-    assert p.returncode == 0, p.stderr
+    code, _, err = cli(capsys, "compare", files["squeezenet.pt2"], "--json", str(out))
+    assert code == 0, err
     pt2 = json.loads(out.read_text())
     assert pt2["numerics_ok"] and pt2["ratio"] > 1.2
 

@@ -56,13 +56,30 @@ class Pool(ctypes.Structure):
         [(n, ctypes.c_int16) for n in ("pad_t", "pad_l")] + [(n, ctypes.c_int8) for n in ("act_min", "act_max")]
 
 
+_HOST_LIBS: dict = {}
+
+
+def host_lib(kind, tmp_path_factory):
+    """The library built for the host: ``"plain"`` C or ``"dsp"`` (the DSP path in portable C); once a process."""
+    if kind not in _HOST_LIBS:
+        out = tmp_path_factory.mktemp("tms") / f"libtms_{kind}.so"
+        flags = ["-DTMS_NN_EMULATE_DSP"] if kind == "dsp" else []
+        subprocess.run([host_cc(), "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *flags,
+                        os.path.join(RUNTIME, "tms_nn.c"), "-o", str(out)], check=True)
+        _HOST_LIBS[kind] = ctypes.CDLL(str(out))
+    return _HOST_LIBS[kind]
+
+
 @pytest.fixture(scope="module", params=["plain", "dsp"])
 def lib(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp("tms") / f"libtms_{request.param}.so"
-    flags = ["-DTMS_NN_EMULATE_DSP"] if request.param == "dsp" else []
-    subprocess.run([host_cc(), "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *flags,
-                    os.path.join(RUNTIME, "tms_nn.c"), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_lib(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    """Both host builds, for tests whose reference (a TIR kernel built per case) costs more than the library
+    call: one test checks both on the same cases."""
+    return {kind: host_lib(kind, tmp_path_factory) for kind in ("plain", "dsp")}
 
 
 def ptr(a):
@@ -772,8 +789,8 @@ def hybrid_tir(f, x, w, scales, bias):
 def hybrid_cases(op, seed, count, in_place=False):
     """``count`` random cases of ``op`` from ``seed`` (:func:`hybrid_case`) as ``(f, x, w, scales, bias, TIR
     output, in-place shifts)``; ``in_place``: only the cases whose output may overlap their input (shifts
-    from tvm_memsched's TIR analysis). The TIR kernels are built in one module, once, and shared by both host
-    builds of the library (the cases depend on the seed alone)."""
+    from tvm_memsched's TIR analysis). The TIR kernels are built in one module, once a process (the cases
+    depend on the seed alone)."""
     import tvm
 
     from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
@@ -844,29 +861,32 @@ def hybrid_lib(lib, f, x, w, scales, bias, y_in_x=None, consume=0, sums_in_table
 
 
 @pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
-def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(lib, op):
+def test_hybrid_kernels_equal_the_tir_kernels_bit_for_bit(libs, op):
     """tms_hconv_f32 (also for fully connected layers, rows as batches) and tms_hdwconv_f32 against the TIR
     kernels of the import (which equal LiteRT's builtin kernels, tests/test_hybrid.py), bit for bit: odd
     channel counts, several rows, strides, padding, dilation, batches of every sign (and all zero), asymmetric
     and symmetric quantization, per-channel and per-tensor scales, both rescale orders, with and without a
     bias, every activation range, the weight sums in the table or computed per call."""
     seed = {"hybrid_conv2d": 61, "hybrid_depthwise_conv2d": 62, "hybrid_dense": 63}[op]
-    for case, (f, x, w, scales, bias, want, _) in enumerate(hybrid_cases(op, seed, 25)):
-        for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
-            for sums_in_table in (False, True):
-                got = hybrid_lib(lib, f, x.copy(), w, scales, bias, consume=consume, sums_in_table=sums_in_table)
-                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
-                    (case, consume, sums_in_table, dict(f.attrs))
+    for kind, lib in libs.items():
+        for case, (f, x, w, scales, bias, want, _) in enumerate(hybrid_cases(op, seed, 25)):
+            for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
+                for sums_in_table in (False, True):
+                    got = hybrid_lib(lib, f, x.copy(), w, scales, bias, consume=consume,
+                                     sums_in_table=sums_in_table)
+                    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+                        (kind, case, consume, sums_in_table, dict(f.attrs))
 
 
 @pytest.mark.parametrize("op", ["hybrid_conv2d", "hybrid_depthwise_conv2d", "hybrid_dense"])
-def test_hybrid_kernels_in_place_at_the_lag_the_tir_analysis_allows(lib, op):
+def test_hybrid_kernels_in_place_at_the_lag_the_tir_analysis_allows(libs, op):
     """The output written over the input, placed where tvm_memsched's TIR analysis says it may be."""
     cases = hybrid_cases(op, 71, 40, in_place=True)
-    for case, (f, x, w, scales, bias, want, shifts) in enumerate(cases):
-        for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
-            got = hybrid_lib(lib, f, x, w, scales, bias, y_in_x=min(shifts), consume=consume)
-            assert np.array_equal(got, want), (case, consume)
+    for kind, lib in libs.items():
+        for case, (f, x, w, scales, bias, want, shifts) in enumerate(cases):
+            for consume in (0, 1) if op == "hybrid_depthwise_conv2d" else (0,):
+                got = hybrid_lib(lib, f, x, w, scales, bias, y_in_x=min(shifts), consume=consume)
+                assert np.array_equal(got, want), (kind, case, consume)
     assert len(cases) >= 8
 
 
