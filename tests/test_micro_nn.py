@@ -1117,16 +1117,19 @@ def test_the_export_compiles_only_the_variants_its_calls_reach(spec, tmp_path):
     source = open(exp.files["kernels"]).read()
     prog = exp.program
     if spec == "int8":
-        modes = set()
+        modes, pair16 = set(), set()
         for call in prog.calls:
             if exp.library_kernels.get(call.kernel) not in ("conv2d", "depthwise_conv2d", "dense"):
                 continue
             tab = np.asarray(prog.params[call.args[2].base[1]]).reshape(-1)
+            if exp.library_kernels[call.kernel] == "dense":          # its weight layout (TMS_PACK_PAIR16: 8)
+                pair16.add(bool(tab[0] & 8))
             sym = re.escape(f"model_{call.kernel}_params")
             lo, hi = map(int, re.search(sym + r" = \{.*\.act_min = (-?\d+), \.act_max = (-?\d+)", source).groups())
             modes.add("EXACT" if not tab[0] & 1 else "FULL" if lo == -128 and hi == 127 else "CLAMP")
         assert modes
-        assert macros == {f"TMS_NN_MODE_{m}": str(int(m in modes)) for m in ("EXACT", "FULL", "CLAMP")}
+        assert macros == {**{f"TMS_NN_MODE_{m}": str(int(m in modes)) for m in ("EXACT", "FULL", "CLAMP")},
+                          "TMS_NN_FC_PAIRS": str(int(False in pair16)), "TMS_NN_FC_PAIR16": str(int(True in pair16))}
     elif spec == "float32":
         fma = set(re.findall(r"_params = \{.*\.flags = (\d+)", source))
         assert fma and macros == {"TMS_NN_FMA_OFF": str(int(any(not int(f) & 16 for f in fma))),
