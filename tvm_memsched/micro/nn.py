@@ -40,6 +40,14 @@ header); their wrappers call the library's Helium
 entry points (``tms_conv_s8_helium``, ...) with a larger workspace (four
 windows instead of two).
 
+For a core with the DSP extension and no Helium (``select(..., dsp=True)``:
+Cortex-M4/M7/M33) integer convolutions call ``tms_conv_s8_wide`` (each pair of
+windows gathered widened to int16: twice the column workspace, fewer
+instructions; ``kernels="auto"`` narrows them back where that breaks the RAM
+budget) and fully connected layers whose weights fit it take the pair16 layout
+(:func:`pack_pair16`: two channels' weights as one int16 per input, the same
+bytes, ``TMS_PACK_PAIR16`` in the table's header).
+
 Besides these, the library computes the float kernels of
 :class:`~tvm_memsched.relax.passes.float_kernels.FloatKernels` (float32 or
 float16 weights) and the dynamic-range quantized ("hybrid") kernels of

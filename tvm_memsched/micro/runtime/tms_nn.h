@@ -25,7 +25,9 @@
  * as four-channel blocks of every tap, [C/4][taps][4]. Each convolution
  * call gathers two output pixels' input windows into a small column buffer laid out the same way
  * ([K/4][2][4], its workspace, planned in the arena like any other) before it writes any output,
- * which keeps every in-place overlap tvm_memsched proved on the TIR kernel safe here too.
+ * which keeps every in-place overlap tvm_memsched proved on the TIR kernel safe here too. On cores with the
+ * DSP extension and no Helium the export calls tms_conv_s8_wide (the pair of windows gathered widened to int16)
+ * and packs fully connected weights that fit it in the pair16 layout (TMS_PACK_PAIR16).
  *
  * Requantisation is TFLite's MultiplyByQuantizedMultiplier (gemmlowp double rounding). A channel
  * table (tms_chan_t) holds the folded bias, the multiplier and the shifts; its first entry is a
