@@ -706,6 +706,62 @@ static void im2col(const tms_conv_t* p, const int8_t* x, int32_t oy, int32_t ox,
   "sel " v ", " v ", " lo "\n\t"                                                          \
   "ssub8 " t ", " hi ", " v "\n\t"                                                        \
   "sel " v ", " v ", " hi "\n\t"
+/* The channel-pair loop around a 2 x 2 dot product, shared by conv_pairs_m4 and conv16_pairs_m4 (a
+ * tms_job_t in r0). TMS_ASM_PAIRS_ENTER: the stack frame ([sp]: job, pairs left, ch, y0), r1 = the weights,
+ * then at label 1 (each channel pair) the four accumulators r3-r6 set to the two channels' biases and r8 = job;
+ * the dot product follows, its own loop at label 2 ending in ``bne 2b``. TMS_ASM_PAIRS_EXIT: requantise the
+ * four sums, clamp if the job asks, store y0[c..c+1] and y1[c..c+1], next pair (``bne 1b``), return. */
+#define TMS_ASM_PAIRS_ENTER                                                               \
+  "push {r4-r11, lr}\n\t"                                                                 \
+  "sub sp, sp, #16\n\t"                                                                   \
+  "str r0, [sp, #0]\n\t"            /* job */                                             \
+  "ldr r1, [r0, #24]\n\t"                                                                 \
+  "str r1, [sp, #4]\n\t"            /* pairs left */                                      \
+  "ldr r1, [r0, #8]\n\t"                                                                  \
+  "str r1, [sp, #8]\n\t"            /* ch */                                              \
+  "ldr r1, [r0, #12]\n\t"                                                                 \
+  "str r1, [sp, #12]\n\t"           /* y0 */                                              \
+  "ldr r1, [r0, #4]\n\t"            /* w: advances through the pairs */                   \
+  "1:\n\t"                                                                                \
+  "ldr r7, [sp, #8]\n\t"                                                                  \
+  "ldr r3, [r7, #0]\n\t"            /* acc p0c0 = bias c0 */                              \
+  "ldr r4, [r7, #12]\n\t"           /* acc p0c1 = bias c1 */                              \
+  "mov r5, r3\n\t"                  /* acc p1c0 */                                        \
+  "mov r6, r4\n\t"                  /* acc p1c1 */                                        \
+  "ldr r8, [sp, #0]\n\t"
+#define TMS_ASM_PAIRS_EXIT                                                                \
+  "ldr r0, [sp, #0]\n\t"                                                                  \
+  "ldr r2, [sp, #8]\n\t"            /* ch */                                              \
+  "ldr r12, [r0, #28]\n\t"          /* z21 */                                             \
+  "ldrd r7, r8, [r2, #4]\n\t"       /* channel 0: mult, shifts */                         \
+  TMS_ASM_RQ("r3")                                                                        \
+  TMS_ASM_RQ("r5")                                                                        \
+  "ldrd r7, r8, [r2, #16]\n\t"      /* channel 1 */                                       \
+  TMS_ASM_RQ("r4")                                                                        \
+  TMS_ASM_RQ("r6")                                                                        \
+  "bfi r3, r4, #8, #8\n\t"          /* y0[c], y0[c+1] */                                  \
+  "bfi r5, r6, #8, #8\n\t"          /* y1[c], y1[c+1] */                                  \
+  "ldr r7, [r0, #40]\n\t"                                                                 \
+  "cbz r7, 3f\n\t"                                                                        \
+  "pkhbt r3, r3, r5, lsl #16\n\t"   /* four bytes: clamp them at once */                  \
+  "ldrd r7, r8, [r0, #32]\n\t"                                                            \
+  TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")                                                  \
+  "lsr r5, r3, #16\n\t"                                                                   \
+  "3:\n\t"                                                                                \
+  "ldr lr, [sp, #12]\n\t"           /* y0 */                                              \
+  "ldr r11, [r0, #16]\n\t"                                                                \
+  "strh r3, [lr]\n\t"                                                                     \
+  "strh r5, [lr, r11]\n\t"                                                                \
+  "add lr, lr, #2\n\t"                                                                    \
+  "str lr, [sp, #12]\n\t"                                                                 \
+  "add r2, r2, #24\n\t"                                                                   \
+  "str r2, [sp, #8]\n\t"                                                                  \
+  "ldr r2, [sp, #4]\n\t"                                                                  \
+  "subs r2, r2, #1\n\t"                                                                   \
+  "str r2, [sp, #4]\n\t"                                                                  \
+  "bne 1b\n\t"                                                                            \
+  "add sp, sp, #16\n\t"                                                                   \
+  "pop {r4-r11, pc}\n\t"
 
 typedef struct {
   const int8_t* col;     /*  0: the two interleaved columns */
@@ -723,23 +779,7 @@ typedef struct {
 
 __attribute__((naked, noinline, unused)) static void conv_pairs_m4(const tms_job_t* job __attribute__((unused))) {
   __asm__ volatile(
-      "push {r4-r11, lr}\n\t"
-      "sub sp, sp, #16\n\t"
-      "str r0, [sp, #0]\n\t"          /* job */
-      "ldr r1, [r0, #24]\n\t"
-      "str r1, [sp, #4]\n\t"          /* pairs left */
-      "ldr r1, [r0, #8]\n\t"
-      "str r1, [sp, #8]\n\t"          /* ch */
-      "ldr r1, [r0, #12]\n\t"
-      "str r1, [sp, #12]\n\t"         /* y0 */
-      "ldr r1, [r0, #4]\n\t"          /* w: advances through the pairs */
-      "1:\n\t"
-      "ldr r7, [sp, #8]\n\t"
-      "ldr r3, [r7, #0]\n\t"          /* acc p0c0 = bias c0 */
-      "ldr r4, [r7, #12]\n\t"         /* acc p0c1 = bias c1 */
-      "mov r5, r3\n\t"                /* acc p1c0 */
-      "mov r6, r4\n\t"                /* acc p1c1 */
-      "ldr r8, [sp, #0]\n\t"
+      TMS_ASM_PAIRS_ENTER
       "ldr r0, [r8, #0]\n\t"          /* col */
       "ldr r2, [r8, #20]\n\t"         /* k iterations */
       "2:\n\t"
@@ -763,38 +803,7 @@ __attribute__((naked, noinline, unused)) static void conv_pairs_m4(const tms_job
       "smlad r6, r8, r10, r6\n\t"
       "subs r2, r2, #1\n\t"
       "bne 2b\n\t"
-      "ldr r0, [sp, #0]\n\t"
-      "ldr r2, [sp, #8]\n\t"          /* ch */
-      "ldr r12, [r0, #28]\n\t"        /* z21 */
-      "ldrd r7, r8, [r2, #4]\n\t"     /* channel 0: mult, shifts */
-      TMS_ASM_RQ("r3")
-      TMS_ASM_RQ("r5")
-      "ldrd r7, r8, [r2, #16]\n\t"    /* channel 1 */
-      TMS_ASM_RQ("r4")
-      TMS_ASM_RQ("r6")
-      "bfi r3, r4, #8, #8\n\t"        /* y0[c], y0[c+1] */
-      "bfi r5, r6, #8, #8\n\t"        /* y1[c], y1[c+1] */
-      "ldr r7, [r0, #40]\n\t"
-      "cbz r7, 3f\n\t"
-      "pkhbt r3, r3, r5, lsl #16\n\t" /* four bytes: clamp them at once */
-      "ldrd r7, r8, [r0, #32]\n\t"
-      TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")
-      "lsr r5, r3, #16\n\t"
-      "3:\n\t"
-      "ldr lr, [sp, #12]\n\t"         /* y0 */
-      "ldr r11, [r0, #16]\n\t"
-      "strh r3, [lr]\n\t"
-      "strh r5, [lr, r11]\n\t"
-      "add lr, lr, #2\n\t"
-      "str lr, [sp, #12]\n\t"
-      "add r2, r2, #24\n\t"
-      "str r2, [sp, #8]\n\t"
-      "ldr r2, [sp, #4]\n\t"
-      "subs r2, r2, #1\n\t"
-      "str r2, [sp, #4]\n\t"
-      "bne 1b\n\t"
-      "add sp, sp, #16\n\t"
-      "pop {r4-r11, pc}\n\t");
+      TMS_ASM_PAIRS_EXIT);
 }
 #endif
 
@@ -1019,23 +1028,7 @@ TMS_MODES(conv16_two, (const int8_t* col, const int8_t* w, const tms_chan_t* ch,
 /* conv_pairs_m4 over the widened column: two groups per pass (an odd count enters at the second). */
 __attribute__((naked, noinline, unused)) static void conv16_pairs_m4(const tms_job_t* job __attribute__((unused))) {
   __asm__ volatile(
-      "push {r4-r11, lr}\n\t"
-      "sub sp, sp, #16\n\t"
-      "str r0, [sp, #0]\n\t"          /* job */
-      "ldr r1, [r0, #24]\n\t"
-      "str r1, [sp, #4]\n\t"          /* pairs left */
-      "ldr r1, [r0, #8]\n\t"
-      "str r1, [sp, #8]\n\t"          /* ch */
-      "ldr r1, [r0, #12]\n\t"
-      "str r1, [sp, #12]\n\t"         /* y0 */
-      "ldr r1, [r0, #4]\n\t"          /* w: advances through the pairs */
-      "1:\n\t"
-      "ldr r7, [sp, #8]\n\t"
-      "ldr r3, [r7, #0]\n\t"          /* acc p0c0 = bias c0 */
-      "ldr r4, [r7, #12]\n\t"         /* acc p0c1 = bias c1 */
-      "mov r5, r3\n\t"                /* acc p1c0 */
-      "mov r6, r4\n\t"                /* acc p1c1 */
-      "ldr r8, [sp, #0]\n\t"
+      TMS_ASM_PAIRS_ENTER
       "ldr r0, [r8, #0]\n\t"          /* widened column */
       "ldr r2, [r8, #20]\n\t"         /* passes: (groups + 1) / 2 */
       "ldr r7, [r8, #44]\n\t"         /* an odd group count */
@@ -1072,38 +1065,7 @@ __attribute__((naked, noinline, unused)) static void conv16_pairs_m4(const tms_j
       "smlad r6, r10, r12, r6\n\t"
       "subs r2, r2, #1\n\t"
       "bne 2b\n\t"
-      "ldr r0, [sp, #0]\n\t"
-      "ldr r2, [sp, #8]\n\t"          /* ch */
-      "ldr r12, [r0, #28]\n\t"        /* z21 */
-      "ldrd r7, r8, [r2, #4]\n\t"     /* channel 0: mult, shifts */
-      TMS_ASM_RQ("r3")
-      TMS_ASM_RQ("r5")
-      "ldrd r7, r8, [r2, #16]\n\t"    /* channel 1 */
-      TMS_ASM_RQ("r4")
-      TMS_ASM_RQ("r6")
-      "bfi r3, r4, #8, #8\n\t"        /* y0[c], y0[c+1] */
-      "bfi r5, r6, #8, #8\n\t"        /* y1[c], y1[c+1] */
-      "ldr r7, [r0, #40]\n\t"
-      "cbz r7, 3f\n\t"
-      "pkhbt r3, r3, r5, lsl #16\n\t" /* four bytes: clamp them at once */
-      "ldrd r7, r8, [r0, #32]\n\t"
-      TMS_ASM_CLAMP4("r3", "r7", "r8", "r9")
-      "lsr r5, r3, #16\n\t"
-      "3:\n\t"
-      "ldr lr, [sp, #12]\n\t"         /* y0 */
-      "ldr r11, [r0, #16]\n\t"
-      "strh r3, [lr]\n\t"
-      "strh r5, [lr, r11]\n\t"
-      "add lr, lr, #2\n\t"
-      "str lr, [sp, #12]\n\t"
-      "add r2, r2, #24\n\t"
-      "str r2, [sp, #8]\n\t"
-      "ldr r2, [sp, #4]\n\t"
-      "subs r2, r2, #1\n\t"
-      "str r2, [sp, #4]\n\t"
-      "bne 1b\n\t"
-      "add sp, sp, #16\n\t"
-      "pop {r4-r11, pc}\n\t");
+      TMS_ASM_PAIRS_EXIT);
 }
 #endif
 #endif
