@@ -10,7 +10,6 @@
 """
 
 import ctypes
-import math
 
 import numpy as np
 import pytest
@@ -77,26 +76,11 @@ def test_wide_convolution_matches_tflite_on_random_shapes(lib):
 
 
 def test_wide_convolution_in_place_at_the_lag_the_tir_analysis_allows(lib):
-    from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
-    from tvm_memsched.relax.int8 import kernels as K
-
     rng = np.random.default_rng(7)
     tried = 0
-    for case in range(40):
-        desc, x, w, bias, mult, shift = random_wide_conv(rng, case)
-        if desc["x"][0] != 1 or math.prod(desc["y"]) > x.size:
-            continue
-        rq = desc["requant"]
-        f = K.conv2d(tuple(desc["x"]), tuple(desc["w"]), tuple(desc["y"]), strides=tuple(desc["strides"]),
-                     padding=tuple(desc["padding"]), dilation=tuple(desc["dilation"]), groups=1,
-                     depth_multiplier=0, in_offset=desc["in_offset"],
-                     requant=K.Requant(rq["multiplier"], rq["shift"], rq["offset"], rq["lo"], rq["hi"]),
-                     has_bias=True)
-        shifts = [s for i, o, s in kernel_inplace_shifts(f, 3) if i == 0]
-        if not shifts:
-            continue
-        got, _ = run_conv_wide(lib, desc, x, w, bias, mult, shift, y_in_x=min(shifts))
-        assert np.array_equal(got, nnt.expected_conv(desc, x, w, bias, mult, shift)), (case, desc, min(shifts))
+    for case, conv, lag in nnt.inplace_conv_cases(lambda case: random_wide_conv(rng, case)):
+        got, _ = run_conv_wide(lib, *conv, y_in_x=lag)
+        assert np.array_equal(got, nnt.expected_conv(*conv)), (case, conv[0], lag)
         tried += 1
     assert tried >= 8
 

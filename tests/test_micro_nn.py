@@ -363,28 +363,36 @@ def test_packed_layouts():
 @pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
 def test_in_place_at_the_lag_the_tir_analysis_allows(lib, depthwise):
     """Output written over the input at the smallest safe lag traced from the TIR kernel: same numbers."""
+    rng = np.random.default_rng(3)
+    tried = 0
+    for case, conv, lag in inplace_conv_cases(lambda case: random_conv(rng, depthwise)):
+        got, _ = run_conv(lib, *conv, y_in_x=lag)
+        assert np.array_equal(got, expected_conv(*conv)), (case, conv[0], lag)
+        tried += 1
+    assert tried >= 8
+
+
+def inplace_conv_cases(make, cases: int = 40):
+    """``(case, (desc, x, w, bias, mult, shift), lag)`` for the random convolutions ``make(case)`` (batch 1,
+    output no larger than the input) whose TIR kernel may write its output over its input: ``lag`` = the
+    smallest safe shift the in-place analysis traces from that kernel."""
     from tvm_memsched.relax.analysis.inplace import kernel_inplace_shifts
     from tvm_memsched.relax.int8 import kernels as K
 
-    rng = np.random.default_rng(3)
-    tried = 0
-    for case in range(40):
-        desc, x, w, bias, mult, shift = random_conv(rng, depthwise)
+    for case in range(cases):
+        conv = make(case)
+        desc, x = conv[0], conv[1]
         if desc["x"][0] != 1 or math.prod(desc["y"]) > x.size:
             continue
         rq = desc["requant"]
         f = K.conv2d(tuple(desc["x"]), tuple(desc["w"]), tuple(desc["y"]), strides=tuple(desc["strides"]),
                      padding=tuple(desc["padding"]), dilation=tuple(desc["dilation"]), groups=1,
-                     depth_multiplier=int(depthwise), in_offset=desc["in_offset"],
+                     depth_multiplier=int(desc["op"] == "depthwise_conv2d"), in_offset=desc["in_offset"],
                      requant=K.Requant(rq["multiplier"], rq["shift"], rq["offset"], rq["lo"], rq["hi"]),
                      has_bias=True)
         shifts = [s for i, o, s in kernel_inplace_shifts(f, 3) if i == 0]
-        if not shifts:
-            continue
-        got, _ = run_conv(lib, desc, x, w, bias, mult, shift, y_in_x=min(shifts))
-        assert np.array_equal(got, expected_conv(desc, x, w, bias, mult, shift)), (case, desc, min(shifts))
-        tried += 1
-    assert tried >= 8
+        if shifts:
+            yield case, conv, min(shifts)
 
 
 # ------------------------------------------------------------------ exports: host and QEMU
