@@ -100,6 +100,8 @@ def block_to_graph(func, block_index: int, *, workspace=None, used_after: set | 
     block = func.body.blocks[block_index]
     if used_after is None:
         used_after = used_after_blocks(func)[block_index]
+    if workspace is not None and hasattr(workspace, "prefetch"):      # every kernel's at once, side by side
+        workspace.prefetch([b.value.args[0] for b in block.bindings if call_tir_op(b.value)])
     params = set(func.params)
     defined = {b.var: i for i, b in enumerate(block.bindings)}
     tensors: list[tuple[str, int]] = []

@@ -279,7 +279,8 @@ def build_in_parts(kernels: dict, target) -> list:
     """``[(names, runtime module)]``: the PrimFuncs ``kernels`` (``{name: PrimFunc}``) built for ``target`` (one
     target, or ``{name: target}``) in as many modules per target as this machine has cores, all side by side
     (TVM's code generator and the JIT that loads a module run outside the interpreter lock, so a serial build
-    leaves cores idle).
+    leaves cores idle). Kernels that differ in ``tirx.noalias`` never share a module: TVM 0.27's LLVM code
+    generator applies one module-wide ``noalias`` (see :mod:`tvm_memsched.relax.passes.aliasing`).
 
     >>> from tvm.script import tirx as T
     >>> @T.prim_func(s_tir=True)
@@ -290,14 +291,17 @@ def build_in_parts(kernels: dict, target) -> list:
     ['k1', 'k2']
     """
     cores = os.cpu_count() or 1
-    by_target: dict = {}
+    groups: dict = {}
     for n in sorted(kernels):
         t = target[n] if isinstance(target, dict) else target
-        by_target.setdefault(str(t), (t, []))[1].append(n)
+        attrs = kernels[n].attrs
+        noalias = bool(attrs.get("tirx.noalias", False)) if attrs is not None else False
+        groups.setdefault((str(t), noalias), (t, []))[1].append(n)
     jobs = []
-    for t, names in by_target.values():
+    for t, names in groups.values():
         parts = max(1, min(len(names), cores))
         jobs += [(t, names[i::parts]) for i in range(parts)]
+    jobs.sort(key=lambda job: -len(job[1]))        # the longest first: the pool's cores finish together
 
     def build(job):
         t, group = job

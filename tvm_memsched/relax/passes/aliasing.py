@@ -122,24 +122,30 @@ def apart_target(target, func=None) -> "tvm.target.Target":
     return tvm.target.Target({**dict(target.export()), "opt-level": APART_LLVM_OPT_LEVEL})
 
 
-def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
+def compile_apart(mod, kernels, target=None, others: bool = True) -> "tvm.IRModule":
     """``mod`` with the named kernels built now, by TVM's TIR pipeline and code generator for ``target`` (default:
-    the current one, else LLVM) in a module of their own with :data:`NOALIAS` off, attached as an external
-    module (``external_mods``, which the VM build links) and called by name; the other kernels stay in ``mod``
-    and keep ``noalias``. For code generators that apply one module-wide ``noalias`` (see
-    :data:`PER_KERNEL_NOALIAS`).
+    the current one, else LLVM) in modules of their own with :data:`NOALIAS` off, attached as external modules
+    (``external_mods``, which the VM build links) and called by name. The other kernels keep ``noalias``: with
+    ``others`` (default) they are built now too, in modules apart from the aliased ones and side by side with them
+    on the machine's cores (:func:`~tvm_memsched.relax.ir.build_in_parts`; the one LLVM build left to TVM would
+    otherwise run after this one, on one core); without it they stay in ``mod`` for TVM's build. For code
+    generators that apply one module-wide ``noalias`` (see :data:`PER_KERNEL_NOALIAS`).
     """
     if target is None:
         target = tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm")
     elif not isinstance(target, tvm.target.Target):
         target = tvm.target.Target(target)
-    apart = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
-    if not apart:
+    aliased = {gv: f for gv, f in mod.functions_items() if gv.name_hint in kernels and isinstance(f, tirx.PrimFunc)}
+    if not aliased:
         return mod
-    kernels = {gv.name_hint: f.with_attr(NOALIAS, False) for gv, f in apart.items()}
-    targets = {gv.name_hint: apart_target(target, f) for gv, f in apart.items()}
-    # built in parallel parts: this is a second LLVM build, besides TVM's own of the other kernels
-    libs = [lib for _names, lib in build_in_parts(kernels, targets)]
+    apart = dict(aliased)
+    if others:
+        movable = _called_only(mod)
+        apart.update({gv: f for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc) and gv not in aliased
+                      and gv in movable})
+    built = {gv.name_hint: f.with_attr(NOALIAS, False) if gv in aliased else f for gv, f in apart.items()}
+    targets = {gv.name_hint: apart_target(target, f) if gv in aliased else target for gv, f in apart.items()}
+    libs = [lib for _names, lib in build_in_parts(built, targets)]
     new = tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv not in apart}, attrs=mod.attrs,
                        global_infos=mod.global_infos)
 
@@ -157,3 +163,31 @@ def compile_apart(mod, kernels, target=None) -> "tvm.IRModule":
             new[gv] = _Extern().visit_expr(func)
     attrs = dict(new.attrs) if new.attrs is not None else {}
     return new.with_attr("external_mods", list(attrs.get("external_mods", [])) + libs)
+
+
+def _called_only(mod) -> set:
+    """The GlobalVars of ``mod`` that its Relax functions use only as the operator of a call (which
+    :func:`compile_apart` can turn into a call by name): not passed, stored or called from TIR."""
+    from tvm.relax.expr_functor import PyExprVisitor, visitor
+
+    called, other = set(), set()
+
+    @visitor
+    class _Uses(PyExprVisitor):
+        def visit_call_(self, call):
+            if isinstance(call.op, tvm.ir.GlobalVar):
+                called.add(call.op)
+            else:
+                self.visit_expr(call.op)
+            for arg in call.args:
+                self.visit_expr(arg)
+
+        def visit_global_var_(self, gv):
+            other.add(gv)
+
+    for _gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            _Uses().visit_expr(func)
+        elif isinstance(func, tirx.PrimFunc) and '"ir.GlobalVar"' in tvm.ir.save_json(func.body):
+            other.update(mod.get_global_vars())          # a kernel calling another (no TIR visitor in Python)
+    return called - other

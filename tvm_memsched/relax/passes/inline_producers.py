@@ -63,7 +63,9 @@ Example
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import tvm
 import tvm_ffi
@@ -616,12 +618,12 @@ def _merge_once(mod, function: str, exclude: list, bands=None):
         for b in blk.bindings:
             if _is_call_tir(b.value):
                 kernels[b.var] = b.value.args[0]
-    merged, refused = [], []
-    for var, names, consumer, mode, saved in pending:
+    def judge(item):
+        """``(kernel, its schedule, whether to keep it)`` for one pending merge (None when FuseTIR dropped it)."""
+        var, _names, consumer, mode, saved = item
         kernel = next((gv for v, gv in kernels.items() if v.same_as(var)), None)
         if kernel is None:
-            refused.append(var)
-            continue
+            return None
         own = _inlined(mod[consumer])[1]
         if mode == "inline":
             g, ws = _inlined(grouped[kernel])
@@ -633,9 +635,21 @@ def _merge_once(mod, function: str, exclude: list, bands=None):
             g = per_body(_BANDS, grouped[kernel], bands[1], lambda f: _band_schedule(f, bands[1]))
             ws = _workspace(g) if g is not None else None
             ok = ws is not None and ws - own <= saved * MAX_CHAIN_BAND
-        if not ok:
+        return kernel, g, ok
+
+    # the merged kernels are judged side by side (TVM's schedule primitives run outside the interpreter lock)
+    cores = min(os.cpu_count() or 1, len(pending))
+    if cores > 1:
+        with ThreadPoolExecutor(cores) as pool:
+            judged = list(pool.map(judge, pending))
+    else:
+        judged = [judge(item) for item in pending]
+    merged, refused = [], []
+    for (var, names, consumer, _mode, _saved), verdict in zip(pending, judged):
+        if verdict is None or not verdict[2]:
             refused.append(var)
             continue
+        kernel, g, _ok = verdict
         attrs = grouped[kernel].attrs
         grouped[kernel] = g.with_attrs(attrs) if attrs is not None else g
         merged.append((names, consumer.name_hint))

@@ -64,6 +64,8 @@ Example
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import tvm
@@ -515,14 +517,13 @@ def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memo
 
     reuse = "inline" if mode == "memory" else "band"
     bodies: dict = {}
-    for gv, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
+
+    def one(gv, func):
+        """``(kernel after, its KernelWorkspace)``."""
         name = gv.name_hint
         before = compacted_workspace_bytes(func)
         if func.attrs is not None and func.attrs.get(SCHEDULED, False):   # tuned (TuneKernels)
-            report.append(KernelWorkspace(name, before, before, []))
-            continue
+            return func, KernelWorkspace(name, before, before, [])
         new, steps = per_body(bodies, func, None, lambda _s: shrink_func(func, epilogues, reuse=reuse)) \
             if before else (func, [])
         if not steps:
@@ -536,11 +537,21 @@ def shrink_workspace(mod, target=None, epilogues: bool = True, mode: str = "memo
                 new = new.with_attr(UNSHRUNK, func)    # BalanceKernels may want the least-memory form instead
             else:
                 new = new.with_attr(KEEP_NOALIAS, True)   # the fast kernel, not slowed by running in place
+        return new, KernelWorkspace(name, before, after, steps)
+
+    kernels = [(gv, func) for gv, func in mod.functions_items() if isinstance(func, tirx.PrimFunc)]
+    cores = min(os.cpu_count() or 1, len(kernels))
+    if cores > 1:          # side by side: TVM's schedule primitives and passes run outside the interpreter lock
+        with ThreadPoolExecutor(cores) as pool:
+            done = list(pool.map(lambda kf: one(*kf), kernels))
+    else:
+        done = [one(gv, func) for gv, func in kernels]
+    for (gv, func), (new, row) in zip(kernels, done):
         if new is not func:
             if new_mod is mod:
                 new_mod = mod.clone()
             new_mod[gv] = new
-        report.append(KernelWorkspace(name, before, after, steps))
+        report.append(row)
     report.sort(key=lambda r: (-r.after, -r.before, r.kernel))
     return new_mod, report
 
