@@ -69,6 +69,24 @@ def _build(mod, options):
     return tvm.compile(mod, tvm.target.Target(TARGET), relax_pipeline=p), p
 
 
+def test_the_quick_frame_list_reads_what_inspect_stack_reads():
+    """The stand-in for ``inspect.stack`` while ``tvm.s_tir.tensor_intrin`` imports gives TVMScript's parser the
+    same frames, files, lines, function names and current source lines as the real one."""
+    import inspect
+
+    from tvm_memsched.relax.passes.tune_kernels import _frames
+
+    def nested():
+        return _frames(), inspect.stack()
+
+    quick, real = nested()
+    assert len(quick) == len(real) > 3
+    for q, r in zip(quick, real):
+        assert q.frame is r.frame and (q.lineno, q.function) == (r.lineno, r.function)
+        assert q.filename == r.filename
+        assert (q.code_context or [None])[0] == (r.code_context or [None])[0]
+
+
 @pytest.mark.slow
 def test_tuned_build_computes_the_same_with_the_same_plan_and_reuses_its_database(tmp_path, capsys):
     """One test, one process and one database for the whole story (MetaSchedule's first tuning in a process

@@ -53,6 +53,7 @@ True
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -179,6 +180,51 @@ def tuning_target(target) -> tvm.target.Target:
     return tvm.target.Target(cfg)
 
 
+def _frames(context: int = 1) -> list:
+    """``inspect.stack(context)`` without its per-frame module lookups: each frame's file as its code names it
+    and, with ``context``, its current line (the fields TVMScript's parser reads)."""
+    import inspect
+    import linecache
+    import sys
+
+    frame, out = sys._getframe(1), []
+    while frame is not None:
+        code = frame.f_code
+        line = linecache.getline(code.co_filename, frame.f_lineno) if context > 0 else ""
+        out.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name,
+                                     [line] if line else None, 0 if line else None))
+        frame = frame.f_back
+    return out
+
+
+def import_tensor_intrin() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (MetaSchedule's ``TuneContext`` does, once per process) in seconds.
+
+    The module parses hundreds of TVMScript functions at import, and TVMScript's parser calls ``inspect.stack()``
+    for each; ``inspect`` looks every frame's module up by scanning ``sys.modules``, thousands of entries once
+    ``tvm_ffi`` has imported torch: 21 s of CPU at the top of a script, about 90 s under pytest (measured on 2
+    cores). While the import runs, ``inspect.stack`` is :func:`_frames`; the parsed functions are the same.
+
+    >>> import_tensor_intrin(); import sys; "tvm.s_tir.tensor_intrin" in sys.modules
+    True
+    """
+    import inspect
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    with _IMPORT_LOCK:
+        original = inspect.stack
+        inspect.stack = _frames
+        try:
+            import tvm.s_tir.tensor_intrin  # noqa: F401
+        finally:
+            inspect.stack = original
+
+
+_IMPORT_LOCK = threading.Lock()
+
+
 class KernelTuner:
     """A MetaSchedule database in ``directory`` for ``target``: look kernels up, tune the missing ones.
 
@@ -249,6 +295,7 @@ class KernelTuner:
                 todo[mod] = [name]
         if not todo:
             return refused
+        import_tensor_intrin()                # what TuneContext imports, in seconds instead of minutes
         tasks, weights = [], []
         for i, (mod, names) in enumerate(todo.items()):
             space = ms.space_generator.PostOrderApply(sch_rules=_schedule_rules(self.rules), postprocs="llvm",
