@@ -74,6 +74,29 @@ __all__ = ["TuneKernels", "TunedKernel", "KernelTuner", "RULES", "SCHEDULED", "b
 RULES = ("unsplit", "llvm")
 #: attributes a tuning workload keeps (the rest are annotations of our passes)
 _WORKLOAD_ATTRS = ("s_tir", "tirx.noalias")
+#: the evolutionary search's candidates per measured one (its population is at most MetaSchedule's 512)
+SEARCH_PER_TRIAL = 16
+#: fewest trials per kernel for which the XGBoost cost model guides the search (below it, random)
+XGB_MIN_TRIALS = 16
+
+
+def search_effort(trials: int) -> dict:
+    """The search MetaSchedule runs per kernel for a budget of ``trials`` measured candidates: ``population``
+    (candidates each round of the evolutionary search keeps) and ``cost_model``.
+
+    MetaSchedule's defaults (a population of 512, four genetic rounds over it, an XGBoost model retrained as
+    results come in) are sized for budgets of hundreds of trials; for a few they are nearly all of the tuning
+    time (4 trials per kernel: about 20 s a kernel on 2 cores, most of it the search over 512 candidates and
+    XGBoost trained on four samples), while a model trained on a handful of measurements has little to go on. So the
+    population scales with the budget, :data:`SEARCH_PER_TRIAL` per trial from 64 up to 512, and the model is
+    XGBoost from :data:`XGB_MIN_TRIALS` trials on (random below). The same on both sides of ``compare --tune``.
+
+    >>> search_effort(4)["population"], search_effort(64)["population"], search_effort(4)["cost_model"]
+    (64, 512, 'random')
+    """
+    population = max(64, min(512, SEARCH_PER_TRIAL * trials))
+    return {"population": population, "cost_model": "xgb" if trials >= XGB_MIN_TRIALS and _has_xgboost()
+            else "random"}
 
 
 @dataclass
@@ -297,10 +320,13 @@ class KernelTuner:
             return refused
         import_tensor_intrin()                # what TuneContext imports, in seconds instead of minutes
         tasks, weights = [], []
+        effort = search_effort(self.trials)
         for i, (mod, names) in enumerate(todo.items()):
             space = ms.space_generator.PostOrderApply(sch_rules=_schedule_rules(self.rules), postprocs="llvm",
                                                       mutator_probs="llvm")
-            ctx = ms.TuneContext(mod=mod, target=self.target, space_generator=space, search_strategy="evolutionary",
+            search = ms.search_strategy.EvolutionarySearch(population_size=effort["population"],
+                                                           init_min_unmeasured=min(50, effort["population"] // 2))
+            ctx = ms.TuneContext(mod=mod, target=self.target, space_generator=space, search_strategy=search,
                                  task_name=names[0], num_threads=os.cpu_count() or 1,
                                  rand_state=-1 if self.seed is None else self.seed + i)
             try:
@@ -324,7 +350,7 @@ class KernelTuner:
                           max_trials_global=self.trials * len(tasks), max_trials_per_task=self.trials,
                           num_trials_per_iter=min(64, self.trials), builder=builder,
                           runner=ms.runner.LocalRunner(timeout_sec=60), database=self.database,
-                          cost_model="xgb" if _has_xgboost() else "random")
+                          cost_model=effort["cost_model"])
         finally:
             builder.shutdown()
         self.tuning_seconds += time.perf_counter() - start
