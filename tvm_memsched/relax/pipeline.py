@@ -101,7 +101,8 @@ class MemschedPipeline:
         # where it leaves the least-memory peak as it is
         self.balance = BalanceKernels(o.allowance if o.tradeoff == "balanced" else 0.0, self.target, o.inplace) \
             if o.shrink_workspace and (o.tradeoff == "balanced" or (o.tune and o.tradeoff == "memory")) else None
-        self.inline = InlineProducers(**_pass_options(o.inline_producers)) if o.inline_producers else None
+        self.inline = InlineProducers(**{"tunable": bool(o.tune), **_pass_options(o.inline_producers)}) \
+            if o.inline_producers else None
         self.constants = ShrinkConstants() if o.shrink_constants else None
         self.affine = FoldAffineChains(**_pass_options(o.affine_chains)) if o.affine_chains else None
         self.transposes = AbsorbTransposes() if o.absorb_transposes else None

@@ -563,9 +563,10 @@ def _place_early(sch, p_name, early, at):
     return best
 
 
-def _merge_once(mod, function: str, exclude: list, bands=None):
+def _merge_once(mod, function: str, exclude: list, bands=None, tunable: bool = False):
     """One round: ``(module, merged pairs, consumer vars whose merged kernel kept the producer stage)``;
-    ``bands = (share, max_recompute)`` merges reduction chains computed in bands instead."""
+    ``bands = (share, max_recompute)`` merges reduction chains computed in bands instead; ``tunable``: only
+    cheap producers, inlined."""
     func = mod[function]
     uses = _uses(func)
     bb = relax.BlockBuilder(mod)
@@ -577,6 +578,9 @@ def _merge_once(mod, function: str, exclude: list, bands=None):
             groups = _producers(mod, block, uses, exclude)
         else:
             groups = _chains(mod, block, uses, exclude, bands[0])
+        if tunable:
+            groups = {k: v for k, v in groups.items()
+                      if all(_cheap(mod[block.bindings[j].value.args[0]]) for j in v)}
         if not groups:
             new_blocks.append(block)
             continue
@@ -657,31 +661,32 @@ def _merge_once(mod, function: str, exclude: list, bands=None):
 
 
 def inline_producers(mod, function: str = "main", rounds: int = 4, *, bands: bool = True,
-                     band_share: float = 0.25, max_recompute: float = 1.25) -> tuple["tvm.IRModule", list]:
+                     band_share: float = 0.25, max_recompute: float = 1.25,
+                     tunable: bool = False) -> tuple["tvm.IRModule", list]:
     """``(module, [(producer kernels, consumer kernel)])`` with eligible element-wise producers merged into
     their only consumer, then (``bands``) reduction chains computed in bands (see the module docstring);
     ``mod`` is after FuseTIR. ``rounds`` bounds how many producers deep an element-wise chain is merged;
-    ``band_share`` and ``max_recompute`` as :class:`InlineProducers` takes them."""
+    ``band_share``, ``max_recompute`` and ``tunable`` as :class:`InlineProducers` takes them."""
     if function not in [gv.name_hint for gv in mod.get_global_vars()] \
             or not isinstance(mod[function], relax.Function) or not isinstance(mod[function].body, relax.SeqExpr):
         return mod, []
     _MEMO.clear()
     _BANDS.clear()
     try:
-        return _inline_producers(mod, function, rounds, bands, band_share, max_recompute)
+        return _inline_producers(mod, function, rounds, bands and not tunable, band_share, max_recompute, tunable)
     finally:
         _MEMO.clear()
         _BANDS.clear()
 
 
-def _inline_producers(mod, function, rounds, bands, band_share, max_recompute):
+def _inline_producers(mod, function, rounds, bands, band_share, max_recompute, tunable=False):
     merged_all, exclude = [], []
     for _ in range(rounds):
-        new, merged, refused = _merge_once(mod, function, exclude)
+        new, merged, refused = _merge_once(mod, function, exclude, tunable=tunable)
         if refused:        # leave those consumers as they were and merge the others again
             log.info("InlineProducers: %d merged kernel(s) kept a producer stage; left unmerged", len(refused))
             exclude += refused
-            new, merged, refused = _merge_once(mod, function, exclude)
+            new, merged, refused = _merge_once(mod, function, exclude, tunable=tunable)
             if refused:
                 return mod, merged_all
         if not merged:
@@ -722,19 +727,27 @@ class InlineProducers:
     max_recompute : float
         The producer convolution may run at most this many times its own work in bands (the rows two bands
         share are computed in both; default 1.25): the band is the fewest rows within that bound.
+    tunable : bool
+        Only merges whose kernel stays one loop nest MetaSchedule can schedule: a cheap producer inlined into
+        its consumer's reads (default False; the pipeline sets it when it tunes the kernels,
+        :class:`~tvm_memsched.relax.passes.tune_kernels.TuneKernels`). A producer computed once per consumer
+        row, or a chain in bands, comes out scheduled (``compute_at``), which MetaSchedule refuses to schedule
+        again: that kernel would stay untuned (DeiT-tiny tuned with 4 trials: its MLP's GELU merged into the
+        second matrix product made ours 3.7x slower than TVM's tuned build, for no memory).
     """
 
     def __init__(self, function: str = "main", bands: bool = True, band_share: float = 0.25,
-                 max_recompute: float = 1.25):
+                 max_recompute: float = 1.25, tunable: bool = False):
         if not 0 <= band_share <= 1:
             raise ValueError(f"band_share must be within [0, 1], got {band_share!r}")
         if max_recompute < 1:
             raise ValueError(f"max_recompute must be at least 1, got {max_recompute!r}")
         self.function = function
         self.bands, self.band_share, self.max_recompute = bands, band_share, max_recompute
+        self.tunable = tunable
         self.merged: list = []
 
     def transform_module(self, mod, ctx):
         new, self.merged = inline_producers(mod, self.function, bands=self.bands, band_share=self.band_share,
-                                            max_recompute=self.max_recompute)
+                                            max_recompute=self.max_recompute, tunable=self.tunable)
         return new
