@@ -125,21 +125,18 @@ def test_a_costly_preactivation_is_computed_once_per_pixel():
 
 
 def test_tunable_merges_keep_every_kernel_one_loop_nest_metaschedule_can_schedule():
-    """For a tuned build: the costly batch norm computed once per pixel and the chains computed in bands come out
-    scheduled (MetaSchedule refuses to schedule them again), so with ``tunable`` they stay kernels of their own;
-    a cheap producer is still inlined, and MetaSchedule generates a design space for every merged kernel."""
+    """For a tuned build: a costly batch norm computed once per pixel comes out scheduled (MetaSchedule refuses
+    to schedule it again), so with ``tunable`` it stays a kernel of its own; a cheap producer is still inlined,
+    and MetaSchedule generates a design space for every merged kernel."""
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_memsched.relax.passes.inline_producers import _cheap
     from tvm_memsched.relax.passes.tune_kernels import import_tensor_intrin
 
     import_tensor_intrin()                 # what TuneContext imports, without its minutes of inspect.stack()
-    mod = fused(dense_block_module(layers=2, channels=16, growth=8, size=32))
-    _, everything = inline_producers(mod)
-    new, tunable = inline_producers(mod, tunable=True)
-    assert any(p.startswith("fused_batch_norm") for p, _ in everything)
-    assert not any(p.startswith("fused_batch_norm") for p, _ in tunable) and len(tunable) < len(everything)
-    assert all(_cheap(mod[p]) for names, _ in tunable for p in names.split("+"))
+    mod = fused(dense_block_module(layers=1, channels=16, size=8))
+    _, everything = inline_producers(mod, bands=False)
+    _, tunable = inline_producers(mod, bands=False, tunable=True)
+    assert ("fused_batch_norm_relu", "conv2d") in everything and ("fused_batch_norm_relu", "conv2d") not in tunable
     cheap = fused(block_module(lambda y: relax.op.nn.relu(y)))
     new, merged = inline_producers(cheap, tunable=True, bands=True)
     assert merged and not {p for p, _ in merged} & set(kernels_called(new))      # the relu is inlined
