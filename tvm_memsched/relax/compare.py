@@ -434,7 +434,7 @@ def compare(mod, target=None, options: PipelineOptions | None = None, *, inputs=
             reorder, arena = p.reorder, p.arena
             # only convolutions ConvolutionLayout or AbsorbTransposes converted from NCHW
             reduction = ChannelsFirstReduction() if conv_layout or o.absorb_transposes else None
-            kernel_passes = [q for q in (p.inline, reduction, p.tune, p.shrink) if q is not None] + extra
+            kernel_passes = [q for q in (p.inline, reduction, p.tune, p.shrink, p.vectorize) if q is not None] + extra
             m_fused = tvm.transform.Sequential(kernel_passes)(m_base) if kernel_passes else m_base
             after_reorder = [reorder] + ([p.balance] if p.balance is not None else [])
             m_lowered = tvm.transform.Sequential(st["dataflow_lower"][:1] + after_reorder)(m_fused)

@@ -137,6 +137,9 @@ class PipelineOptions:
     inline_producers: bool | dict = _option(
         True, "compute a cheap element-wise producer used once (such as a pre-activation relu) inside its consumer",
         off="keep every element-wise producer a kernel and a tensor of its own")
+    vectorize: bool = _option(True, "vectorise each kernel over its innermost output dimension in TIR (LLVM "
+                                    "targets; VectorizeKernels): vector code also where the kernel runs in place",
+                              off="leave vectorisation to LLVM")
     tradeoff: str = _option("memory", "kernel speed against kernel workspace: memory (default: least workspace; a "
                                       "convolution's padding read through a bounds test per multiply-accumulate), "
                                       "speed (padding computed in bands of rows, a little workspace), balanced "

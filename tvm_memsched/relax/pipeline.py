@@ -47,6 +47,7 @@ from .passes.inline_producers import InlineProducers
 from .passes.tiling import PatchTiling
 from .passes.tune_kernels import TuneKernels, default_tuning_database
 from .passes.balance_kernels import BalanceKernels
+from .passes.vectorize_kernels import VectorizeKernels
 from .passes.shrink_workspace import MODES as TRADEOFFS
 from .options import PipelineOptions, resolve_options
 from .target import as_target, stages
@@ -97,9 +98,11 @@ class MemschedPipeline:
         self.arena = ArenaPlanMemory(alignment=VM_ALIGNMENT if o.alignment is None else o.alignment,
                                      exact=o.exact_arena, inplace=o.inplace, target=self.target) if o.plan else None
         self.shrink = ShrinkWorkspace(target=self.target, mode=o.tradeoff) if o.shrink_workspace else None
+        self.vectorize = VectorizeKernels(self.target) if o.vectorize else None
         # balanced: each banded or tuned kernel where the peak allows; memory with tuning: each tuned kernel
         # where it leaves the least-memory peak as it is
-        self.balance = BalanceKernels(o.allowance if o.tradeoff == "balanced" else 0.0, self.target, o.inplace) \
+        self.balance = BalanceKernels(o.allowance if o.tradeoff == "balanced" else 0.0, self.target, o.inplace,
+                                      vectorize=o.vectorize) \
             if o.shrink_workspace and (o.tradeoff == "balanced" or (o.tune and o.tradeoff == "memory")) else None
         self.inline = InlineProducers(**{"tunable": bool(o.tune), **_pass_options(o.inline_producers)}) \
             if o.inline_producers else None
@@ -116,7 +119,7 @@ class MemschedPipeline:
             if o.tune else None
         first = (self.tiling, self.int8, self.rewrite, self.constants, self.transposes, self.affine, self.layout)
         passes = [q for q in first if q is not None] + st["dispatch"] \
-            + st["legalize"] + [q for q in (self.inline, self.reduction, self.tune, self.shrink) if q is not None] \
+            + st["legalize"] + [q for q in (self.inline, self.reduction, self.tune, self.shrink, self.vectorize) if q is not None] \
             + list(o.extra_passes)
         for p in st["dataflow_lower"]:
             passes.append(p)

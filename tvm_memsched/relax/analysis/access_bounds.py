@@ -53,6 +53,8 @@ __all__ = ["MAX_STEPS", "Spans", "access_spans", "span_shift"]
 #: at most this many steps (enumerated iterations of outer loops) per loop nest
 MAX_STEPS = 1 << 15
 
+#: ``tirx.ForKind.VECTORIZED``
+_VECTORIZED = 2
 _NONE_READ = np.iinfo(np.int64).max
 _NONE_WRITTEN = -1
 
@@ -153,6 +155,8 @@ class _Bounder:
             return 1
         if isinstance(stmt, tirx.For):
             n = self._const(stmt.extent)
+            if int(stmt.kind) == _VECTORIZED:             # every lane in one step
+                return 1
             return n * self.slots(stmt.body, outer * n) if self.expand(outer, n) else 1
         if isinstance(stmt, tirx.SeqStmt):
             return sum(self.slots(s, outer) for s in stmt.seq)
@@ -169,11 +173,18 @@ class _Bounder:
         if isinstance(stmt, SBlockRealize):
             self.block(stmt, env, base, enumerating)
         elif isinstance(stmt, tirx.For):
-            if int(stmt.kind) not in (0, 3):
+            if int(stmt.kind) not in (0, 3, _VECTORIZED):
                 raise _Unbounded(f"{tirx.ForKind(int(stmt.kind)).name.lower()} loop")
             n, lo = self._const(stmt.extent), self._const(stmt.min)
             env2 = dict(env)
-            if enumerating and self.expand(outer, n):
+            if int(stmt.kind) == _VECTORIZED:     # one step: a single store's lanes all read before any writes
+                env2[stmt.loop_var.__hash__()] = (lo, lo + n - 1)
+                single = enumerating and isinstance(stmt.body, SBlockRealize)
+                if single:
+                    self.block(stmt.body, env2, base, True)
+                else:
+                    self.walk(stmt.body, env2, base, outer, False)
+            elif enumerating and self.expand(outer, n):
                 step = self.slots(stmt.body, outer * n)
                 axis = np.arange(lo, lo + n, dtype=np.int64).reshape((1,) * base.ndim + (n,))
                 for key, v in env.items():
@@ -250,7 +261,9 @@ class _Bounder:
 
 def access_spans(func, max_steps: int = MAX_STEPS) -> Spans | None:
     """The per-step access bounds of a PrimFunc (see the module docstring), or None when it cannot be bounded
-    (dynamic shapes, parallel or vectorised loops, nested blocks, other index expressions)."""
+    (dynamic shapes, parallel loops, nested blocks, other index expressions). A vectorised loop is one step:
+    over a single store-only block, every lane reads before any lane writes (a vector load, then a vector
+    store); over anything else, writes are taken to come first."""
     if not isinstance(func, tirx.PrimFunc):
         return None
     try:

@@ -45,6 +45,9 @@ __all__ = ["AccessTimes", "access_times", "overlap_shift", "MAX_INSTANCES"]
 #: kernels with more block instances (times region elements) than this are not traced
 MAX_INSTANCES = 1 << 24
 
+#: ``tirx.ForKind.VECTORIZED``: the lanes of a vectorised loop run each statement together (all of a
+#: block's reads in one slot, then its writes), so its iterations share their time slots
+_VECTORIZED = 2
 _NEVER_READ = -1
 _NEVER_WRITTEN = np.iinfo(np.int64).max
 
@@ -123,6 +126,8 @@ class _Tracer:
         if isinstance(stmt, SBlockRealize):
             return 1
         if isinstance(stmt, tirx.For):
+            if int(stmt.kind) == _VECTORIZED:          # the lanes share their time slots
+                return self.slots(stmt.body)
             return self._const(stmt.extent) * self.slots(stmt.body)
         if isinstance(stmt, tirx.SeqStmt):
             return sum(self.slots(s) for s in stmt.seq)
@@ -140,10 +145,10 @@ class _Tracer:
         if isinstance(stmt, SBlockRealize):
             self.block(stmt, env, base, shape)
         elif isinstance(stmt, tirx.For):
-            if int(stmt.kind) not in (0, 3):        # serial or unrolled: program order is execution order
-                raise _Untraceable(f"{tirx.ForKind(int(stmt.kind)).name.lower()} loop")
+            if int(stmt.kind) not in (0, 3, _VECTORIZED):   # serial or unrolled: program order is execution
+                raise _Untraceable(f"{tirx.ForKind(int(stmt.kind)).name.lower()} loop")   # order
             n, lo = self._const(stmt.extent), self._const(stmt.min)
-            step = self.slots(stmt.body)
+            step = 0 if int(stmt.kind) == _VECTORIZED else self.slots(stmt.body)
             axis = np.arange(lo, lo + n, dtype=np.int64).reshape((1,) * len(shape) + (n,))
             env2 = {k: (np.expand_dims(v, -1) if isinstance(v, np.ndarray) else v) for k, v in env.items()}
             env2[stmt.loop_var.__hash__()] = axis
@@ -231,7 +236,7 @@ def _collect_blocks(stmt, out: list) -> None:
 def access_times(func) -> dict[int, AccessTimes] | None:
     """``{param position: AccessTimes}`` of a PrimFunc, or None when its order cannot be traced.
 
-    Untraceable: dynamic shapes, parallel or vectorised loops, nested blocks,
+    A vectorised loop's lanes share their time slots. Untraceable: dynamic shapes, parallel loops, nested blocks,
     index expressions other than ``+ - * floordiv floormod min max``, or more
     than :data:`MAX_INSTANCES` traced element accesses.
     """

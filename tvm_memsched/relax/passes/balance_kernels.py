@@ -57,6 +57,7 @@ from ..analysis.workspace import WorkspaceMeter, compacted_workspace_bytes
 from ..graph import block_to_graph, used_after_blocks
 from ..ir import call_tir_op, strip_attrs
 from .shrink_workspace import SCHEDULED, UNSHRUNK, shrink_func
+from .vectorize_kernels import vectorize_func, vectorizes
 
 __all__ = ["BalanceKernels", "KernelChoice", "balance_kernels", "MIN_WORK"]
 
@@ -115,7 +116,7 @@ def _steps(mod, meter, analyzer):
 
 
 def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = True, measure: bool = True,
-                    min_gain: float = 0.03, min_work: int = MIN_WORK):
+                    min_gain: float = 0.03, min_work: int = MIN_WORK, vectorize: bool = True):
     """Schedule for least memory the banded kernels whose workspace would raise the peak (module docstring).
 
     Parameters
@@ -139,6 +140,9 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
     min_work : int
         Only kernels with at least this many points in their largest block (multiply-accumulates) are
         timed; smaller ones keep their bands untimed.
+    vectorize : bool
+        Vectorise the least-memory kernels it schedules (as the pipeline's ``VectorizeKernels`` does, for LLVM
+        targets).
 
     Returns ``(module, [KernelChoice], peak, budget)``.
     """
@@ -157,6 +161,9 @@ def balance_kernels(mod, target=None, allowance: float = 0.10, inplace: bool = T
         if name not in least:
             gv, func = banded[name]
             kernel, steps = shrink_func(func.attrs[UNSHRUNK], reuse="inline")
+            if vectorize and vectorizes(target):
+                kernel, vsteps = vectorize_func(kernel)
+                steps = steps + vsteps
             tuned = bool(func.attrs.get(SCHEDULED, False))   # a tuned kernel's least-memory form is its own
             attrs = {k: v for k, v in dict(func.attrs).items() if k not in (UNSHRUNK, SCHEDULED)}
             least[name] = (strip_attrs(kernel).with_attrs(attrs), compacted_workspace_bytes(kernel)) \
@@ -236,16 +243,18 @@ class BalanceKernels:
         How much faster the bands must be, as a fraction of the least-memory kernel's time (default 0.03).
     min_work : int
         Smallest kernel (multiply-accumulates in its largest block) that is timed (default :data:`MIN_WORK`).
+    vectorize : bool
+        Vectorise the least-memory kernels it schedules (default True; LLVM targets).
 
     After the pass has run, ``report`` lists a :class:`KernelChoice` per banded kernel, ``peak`` the
     live-tensor peak and ``budget`` the limit applied.
     """
 
     def __init__(self, allowance: float = 0.10, target=None, inplace: bool = True, measure: bool = True,
-                 min_gain: float = 0.03, min_work: int = MIN_WORK):
+                 min_gain: float = 0.03, min_work: int = MIN_WORK, vectorize: bool = True):
         if allowance < 0:
             raise ValueError(f"allowance must be >= 0, got {allowance}")
-        self.allowance, self.target, self.inplace = allowance, target, inplace
+        self.allowance, self.target, self.inplace, self.vectorize = allowance, target, inplace, vectorize
         self.measure, self.min_gain, self.min_work = measure, min_gain, min_work
         self.report: list[KernelChoice] = []
         self.peak = self.budget = 0
@@ -253,7 +262,7 @@ class BalanceKernels:
     def transform_module(self, mod, ctx):
         new, self.report, self.peak, self.budget = balance_kernels(mod, self.target, self.allowance,
                                                                    self.inplace, self.measure, self.min_gain,
-                                                                   self.min_work)
+                                                                   self.min_work, self.vectorize)
         return new
 
     @property
