@@ -131,7 +131,23 @@ def test_long_rows_are_split_into_vectors():
     assert np.array_equal(_run(g, x, np.zeros_like(x))[1], x + 1)
 
 
-@pytest.mark.parametrize("func", [_gather, _lane_condition], ids=["gather", "lane-condition"])
+@T.prim_func(s_tir=True)
+def _shared_loop(a: T.Buffer((4, 16), "float32"), c: T.Buffer((4, 16), "float32")):
+    t = T.sblock_alloc_buffer((4, 16), "float32")
+    for i, j in T.grid(4, 16):
+        for k in range(3):
+            with T.sblock("t"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    t[vi, vj] = T.float32(0)
+                t[vi, vj] = t[vi, vj] + a[vi, (vj + vk) % 16]
+        with T.sblock("c"):                                # innermost loop j also runs block t's loop nest
+            vi, vj = T.axis.remap("SS", [i, j])
+            c[vi, vj] = t[vi, vj] * T.float32(2)
+
+
+@pytest.mark.parametrize("func", [_gather, _lane_condition, _shared_loop],
+                         ids=["gather", "lane-condition", "shared-loop"])
 def test_blocks_it_cannot_vectorise_safely_are_left_alone(func):
     g, steps = vectorize_func(func)
     assert steps == [] and g.same_as(func)

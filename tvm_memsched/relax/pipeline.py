@@ -17,7 +17,10 @@ with
   such as a pre-activation batch norm and ``relu``, computed inside its consumer's
   kernel; a large convolution -> convolution chain computed in bands of rows),
   then ``ShrinkWorkspace`` (kernels without full-size temporaries: padding inlined
-  or computed in bands, epilogues per output element; ``tradeoff``),
+  or computed in bands, epilogues per output element; ``tradeoff``) and
+  ``VectorizeKernels`` (LLVM: each kernel vectorised over its innermost output
+  dimension in TIR, matrix products summed in register tiles, bit-identical; vector
+  code also where a kernel runs in place without ``noalias``; ``vectorize=False``: left to LLVM),
 * ``MemoryAwareReorder`` after ``FuseTIR`` and ``RewriteDataflowReshape`` (FuseOps
   re-orders bindings, and reshapes are views by then), then ``BalanceKernels``
   (``tradeoff="balanced"``: each kernel's faster variant where the peak allows), and

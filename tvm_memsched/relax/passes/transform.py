@@ -11,7 +11,8 @@
   (:mod:`tvm_memsched.relax.passes.identity_rewrite`); run it at operator level;
 * :class:`ShrinkWorkspace` schedules the kernels so that they keep no full-size
   temporaries (:mod:`tvm_memsched.relax.passes.shrink_workspace`);
-  :class:`InlinePadding` is its inlining step alone;
+  :class:`InlinePadding` is its inlining step alone; :class:`VectorizeKernels` (after it) vectorises
+  each kernel over its innermost output dimension in TIR (:mod:`tvm_memsched.relax.passes.vectorize_kernels`);
 * :class:`InlineProducers` computes cheap element-wise producers used once inside
   their consumer's kernel (:mod:`tvm_memsched.relax.passes.inline_producers`); run it after FuseTIR;
 * :class:`ShrinkConstants` keeps broadcast constants at their small stored
@@ -46,7 +47,9 @@ from .reorder import MemoryAwareReorder
 from .shrink_constants import ShrinkConstants
 from .shrink_workspace import InlinePadding, ShrinkWorkspace
 from .tiling import PatchTiling
+from .vectorize_kernels import VectorizeKernels
 
 __all__ = ["MemoryAwareReorder", "ArenaPlanMemory", "ShrinkWorkspace", "InlinePadding", "ShrinkConstants",
            "IdentityRewrite", "IntegerLowering", "ConvolutionLayout",
-           "ChannelsFirstReduction", "PatchTiling", "InlineProducers", "FoldAffineChains", "AbsorbTransposes"]
+           "ChannelsFirstReduction", "PatchTiling", "InlineProducers", "FoldAffineChains", "AbsorbTransposes",
+           "VectorizeKernels"]

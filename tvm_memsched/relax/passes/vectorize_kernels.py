@@ -247,6 +247,8 @@ def _vectorize_block(sch, name: str):
     reduce_vars = [v for iv, val in zip(block.iter_vars, realize.iter_values) if int(iv.iter_type) == 2
                    for v in tirx.analysis.undefined_vars(val)]
     moved = False
+    if not inner and not isinstance(sch.get(loops[pos]).body, s_tir.SBlockRealize):
+        return None          # the lane loop holds other statements too (blocks computed at it)
     if inner:
         inner_vars = loop_vars[pos + 1:]
         if not all(any(v.same_as(r) for r in reduce_vars) for v in inner_vars) or n > MAX_ROW:
