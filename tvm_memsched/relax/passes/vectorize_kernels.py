@@ -55,6 +55,9 @@ True
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
@@ -381,12 +384,19 @@ def vectorize_kernels(mod, target=None):
     if not vectorizes(target):
         return mod, {}
     new_mod, report, cache = mod, {}, {}
-    for gv, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
-        if func.attrs is not None and func.attrs.get(SCHEDULED, False):
-            continue
-        new, steps = per_body(cache, func, None, vectorize_func)
+    kernels = [(gv, func) for gv, func in mod.functions_items() if isinstance(func, tirx.PrimFunc)
+               and not (func.attrs is not None and func.attrs.get(SCHEDULED, False))]
+    cores = min(os.cpu_count() or 1, len(kernels))
+
+    def one(func):                     # a body seen before (another kernel's): its result
+        return per_body(cache, func, None, vectorize_func)
+
+    if cores > 1:          # side by side: TVM's schedule primitives run outside the interpreter lock
+        with ThreadPoolExecutor(cores) as pool:
+            done = list(pool.map(lambda kf: one(kf[1]), kernels))
+    else:
+        done = [one(func) for _gv, func in kernels]
+    for (gv, func), (new, steps) in zip(kernels, done):
         if steps:
             new = strip_attrs(new).with_attrs(dict(func.attrs)) if func.attrs is not None else new
             if new_mod is mod:
