@@ -14,6 +14,7 @@ from tvm.script import tirx as T
 from test_access_trace import _compile, _func, _out, kernel_source
 from tvm_memsched.relax.analysis.access_bounds import access_spans, span_shift
 from tvm_memsched.relax.analysis.access_trace import access_times, overlap_shift
+from tvm_memsched.relax.analysis.workspace import compacted_workspace_bytes
 from tvm_memsched.relax.passes.vectorize_kernels import (MIN_LANES, VectorizeKernels, vectorize_func,
                                                          vectorize_kernels)
 
@@ -146,11 +147,62 @@ def _shared_loop(a: T.Buffer((4, 16), "float32"), c: T.Buffer((4, 16), "float32"
             c[vi, vj] = t[vi, vj] * T.float32(2)
 
 
-@pytest.mark.parametrize("func", [_gather, _lane_condition, _shared_loop],
-                         ids=["gather", "lane-condition", "shared-loop"])
+@T.prim_func(s_tir=True)
+def _recurrence(a: T.Buffer((4, 16), "float32"), c: T.Buffer((4, 16), "float32")):
+    t = T.sblock_alloc_buffer((4, 16), "float32")
+    for i, j in T.grid(4, 16):
+        with T.sblock("t"):                               # reads what block c wrote one column before
+            vi, vj = T.axis.remap("SS", [i, j])
+            t[vi, vj] = c[vi, (vj + 15) % 16] * T.float32(2)
+        with T.sblock("c"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            c[vi, vj] = t[vi, vj] + a[vi, vj]
+
+
+@T.prim_func(s_tir=True)
+def _decomposed_chain(a: T.Buffer((3, 24), "float32"), b: T.Buffer((24, 40), "float32"),
+                      r: T.Buffer((3, 40), "float32"), c: T.Buffer((3, 40), "float32")):
+    acc = T.sblock_alloc_buffer((3, 40), "float32")
+    for i, j in T.grid(3, 40):                          # a matrix product's init, sum and epilogue at column j
+        with T.sblock("acc_init"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            acc[vi, vj] = T.float32(0)
+        for k in range(24):
+            with T.sblock("acc_update"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                acc[vi, vj] = acc[vi, vj] + a[vi, vk] * b[vk, vj]
+        with T.sblock("c"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            c[vi, vj] = acc[vi, vj] + r[vi, vj]
+
+
+@pytest.mark.parametrize("func", [_gather, _lane_condition, _recurrence],
+                         ids=["gather", "lane-condition", "cross-column-recurrence"])
 def test_blocks_it_cannot_vectorise_safely_are_left_alone(func):
     g, steps = vectorize_func(func)
     assert steps == [] and g.same_as(func)
+
+
+def test_a_loop_shared_by_several_blocks_is_split_one_loop_each_bit_identically():
+    g, steps = vectorize_func(_shared_loop)              # (vectorised whole, it gave wrong results once)
+    assert steps[0] == "j: 16-lane tiles, a loop each for t, c"
+    a = np.random.default_rng(3).standard_normal((4, 16)).astype("float32")
+    ref = _run(_shared_loop, a, np.zeros((4, 16), "float32"))[1]
+    assert np.array_equal(_run(g, a, np.zeros((4, 16), "float32"))[1], ref)
+    assert np.allclose(ref, sum(np.roll(a, -k, axis=1) for k in range(3)) * 2, rtol=1e-6)
+
+
+def test_a_decomposed_matrix_product_with_its_epilogue_is_tiled_with_the_sum_in_registers():
+    g, steps = vectorize_func(_decomposed_chain)
+    assert steps == ["j: 8-lane tiles, a loop each for acc_init, acc_update, c", "acc_init: 8 lanes over j_1",
+                     "acc_update: 8 lanes over j_1, reduction loops outside", "c: 8 lanes over j_1"]
+    assert 'scope="local"' in g.script()                # the column tile of sums: no workspace
+    assert compacted_workspace_bytes(g) == 0 < compacted_workspace_bytes(_decomposed_chain)
+    rng = np.random.default_rng(4)
+    a, b, r = (rng.standard_normal(s).astype("float32") for s in ((3, 24), (24, 40), (3, 40)))
+    ref = _run(_decomposed_chain, a, b, r, np.zeros((3, 40), "float32"))[3]
+    assert np.array_equal(_run(g, a, b, r, np.zeros((3, 40), "float32"))[3], ref)
+    assert np.allclose(ref, a @ b + r, rtol=1e-5, atol=1e-5)
 
 
 def test_scheduled_kernels_and_other_targets_are_untouched():
