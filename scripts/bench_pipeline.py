@@ -54,7 +54,7 @@ DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tvm_memsched", 
 #: Comparison fields kept in pipeline.json (the per-block and per-function reports are left out)
 DROP_FIELDS = ("functions", "blocks", "default_storages", "rewrites")
 
-# run by --export-python: NAME SIZE(0 = the model's pretrained_cfg size) OUT.pt2 OUT.json
+# run by --export-python: NAME SIZE(0 = the model's pretrained_cfg size) OUT.pt2|OUT.onnx OUT.json
 EXPORT_CODE = r"""
 import json, os, sys, time
 import torch, timm
@@ -64,9 +64,12 @@ model = timm.create_model(name, pretrained=False)
 size = size or int(model.pretrained_cfg.get("input_size", (3, 224, 224))[-1])
 x = torch.randn(1, 3, size, size)
 t0 = time.perf_counter()
-ep = torch.export.export(model.eval(), (x,))
 tmp = out + ".part"
-torch.export.save(ep, tmp)
+if out.endswith(".onnx"):      # the TorchScript exporter, as most published ONNX files were made
+    torch.onnx.export(model.eval(), (x,), tmp, input_names=["x"], output_names=["y"], opset_version=17,
+                      dynamo=False)
+else:
+    torch.export.save(torch.export.export(model.eval(), (x,)), tmp)
 os.replace(tmp, out)
 meta = {"timm": timm.__version__, "torch": torch.__version__, "size": size,
         "params": sum(p.numel() for p in model.parameters()), "export_seconds": round(time.perf_counter() - t0, 1)}
@@ -154,11 +157,12 @@ def tail(path: str, n: int = 6) -> str:
     return "\n".join(lines[-n:])
 
 
-def export_timm(name: str, size: int | None, args, work: str) -> tuple[str | None, dict]:
-    """The cached ``.pt2`` of timm model ``name`` at ``size`` (exported now if missing): (path, meta)."""
+def export_timm(name: str, size: int | None, args, work: str, fmt: str = "pt2") -> tuple[str | None, dict]:
+    """The cached ``.pt2`` (``fmt="onnx"``: ``.onnx``) of timm model ``name`` at ``size`` (exported now if
+    missing): (path, meta)."""
     os.makedirs(args.cache, exist_ok=True)
     stem = os.path.join(args.cache, f"{name}@{size or 'cfg'}")
-    path, meta_path = stem + ".pt2", stem + ".json"
+    path, meta_path = (stem + ".pt2", stem + ".json") if fmt == "pt2" else (stem + ".onnx", stem + ".onnx.json")
     if os.path.exists(path) and os.path.exists(meta_path):
         with open(meta_path, encoding="utf-8") as f:
             return path, dict(json.load(f), cached=True)
@@ -324,9 +328,12 @@ def markdown(data: dict) -> str:
     timm_rows = [r for r in rows if r.get("timm")]
     if timm_rows:
         out += ["", "timm models: random weights (`pretrained=False`, seed 0), batch 1, exported with "
-                "`torch.export.export(model.eval(), (x,))` + `torch.export.save`; " + "; ".join(
+                "`torch.export.export(model.eval(), (x,))` + `torch.export.save` (rows marked (ONNX): the same "
+                "model and weights with `torch.onnx.export(model.eval(), (x,), opset_version=17, dynamo=False)`); "
+                + "; ".join(
                     f"{r['model']}: {r['timm'].get('params', 0) / 1e6:.1f} M parameters, timm "
-                    f"{r['timm'].get('timm', '?')}" for r in timm_rows if "error" not in r["timm"]) + "."]
+                    f"{r['timm'].get('timm', '?')}" for r in timm_rows if "error" not in r["timm"]
+                    and r["timm"].get("format", "pt2") == "pt2") + "."]
     slow = [r for r in rows if "compare" in r and ratios(r)["compile"] > meta["compile_ratio_flag"]]
     if slow:
         out += ["", f"## Slowest compiler passes where compile ours/TVM > {meta['compile_ratio_flag']:g}", "",
@@ -362,6 +369,9 @@ def main(argv=None) -> int:
     ap.add_argument("--export-python", default=sys.executable, metavar="PYTHON",
                     help="interpreter with timm and torchvision for the export (default: this one)")
     ap.add_argument("--export-timeout", type=float, default=1800, metavar="SECONDS")
+    ap.add_argument("--timm-onnx", action="store_true",
+                    help="also export each timm model to ONNX (torch.onnx.export, opset 17) and measure it as a row "
+                         "of its own, ONNX Runtime beside it")
     ap.add_argument("--tradeoff", default="memory", choices=["memory", "balanced", "speed"])
     ap.add_argument("--repeat", type=int, default=5, help="timed VM runs per executable (median; 0: no timing)")
     ap.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -423,12 +433,16 @@ def main(argv=None) -> int:
         jobs = [(spec, spec, None) for spec in specs]
         for t in args.timm:
             name, _, size = t.partition("@")
-            jobs.append((f"timm:{t}", None, (name, int(size) if size else None)))
+            for fmt in ("pt2", "onnx") if args.timm_onnx else ("pt2",):
+                jobs.append((f"timm:{t}", None, (name, int(size) if size else None, fmt)))
         for label, spec, timm_model in jobs:
             extra = None
             if timm_model:
                 print(f"{label}: export ...", file=sys.stderr, flush=True)
-                spec, info = export_timm(*timm_model, args, work)
+                spec, info = export_timm(*timm_model[:2], args, work, timm_model[2])
+                info["format"] = timm_model[2]
+                if timm_model[2] == "onnx":
+                    label += " (ONNX)"
                 extra = {"timm": info}
                 if spec is None:
                     put({"model": label, "status": "export", "error": info["error"].splitlines()[0],
@@ -436,7 +450,7 @@ def main(argv=None) -> int:
                     print(f"{label}: {info['error']}", file=sys.stderr, flush=True)
                     continue
                 if timm_model[1] is None:                 # the label names the size the export used
-                    label = f"timm:{timm_model[0]}@{info['size']}"
+                    label = label.replace(f"timm:{timm_model[0]}", f"timm:{timm_model[0]}@{info['size']}", 1)
             print(f"{label} ...", file=sys.stderr, flush=True)
             row = measure(label, spec, args, work, extra)
             put(row)
