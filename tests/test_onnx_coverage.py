@@ -145,3 +145,32 @@ def test_slice_of_opset_9_reads_its_attributes():
     (got,), (ref,) = _run_both(model, feeds)
     np.testing.assert_array_equal(got, ref)
     assert got.tolist() == [[4.0, 5.0], [7.0, 8.0]]
+
+
+def test_same_padding_computed_in_floats_folds_into_a_constant_pad():
+    """timm's "same" padding as ``torch.onnx.export`` writes it (NASNet-A Large: 28 such pads): ``clip(ceil(H / s)
+    - 1) * s + k - H, 0)`` computed in floats from the input's shape, cast back to integers and split into a
+    begin and an end pad. TVM's importer refuses a ``Pad`` whose pads are not constant ("Dynamic pads")."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    f = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)  # noqa: E731
+    i = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "hw_at"], ["hw"], axis=0),
+             helper.make_node("Cast", ["hw"], ["hwf"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["hwf", "stride"], ["q"]), helper.make_node("Ceil", ["q"], ["c"]),
+             helper.make_node("Sub", ["c", "one"], ["c1"]), helper.make_node("Mul", ["c1", "stride"], ["m"]),
+             helper.make_node("Add", ["m", "window"], ["a"]), helper.make_node("Sub", ["a", "hwf"], ["p"]),
+             helper.make_node("Clip", ["p", "zero"], ["pc"]),
+             helper.make_node("Cast", ["pc"], ["pad"], to=TensorProto.INT64),
+             helper.make_node("Div", ["pad", "two"], ["begin"]), helper.make_node("Sub", ["pad", "begin"], ["end"]),
+             helper.make_node("Concat", ["zeros", "begin", "zeros", "end"], ["pads"], axis=0),
+             helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant")]
+    inits = [i("hw_at", [2, 3]), f("stride", 2.0), f("one", 1.0), f("window", 3.0), f("zero", 0.0), i("two", 2),
+             i("zeros", [0, 0])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in fold_shapes(model).graph.node] == ["Pad"]
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 2, 8, 9)).astype(np.float32)}
+    (got,), (ref,) = _run_both(model, feeds)
+    assert got.shape == ref.shape == (1, 2, 9, 11)            # pads (0, 1) rows and (1, 1) columns
+    np.testing.assert_array_equal(got, ref)

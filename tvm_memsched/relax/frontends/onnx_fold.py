@@ -14,8 +14,11 @@ no static plan can hold. :func:`fold_shapes` replaces them by constants:
   result is small (at most :data:`MAX_ELEMENTS` values) is evaluated with
   ``onnx.reference`` and becomes an initializer.
 
-Float computations and large tensors are left to TVM (they are data, not
-shapes). An ``If`` whose condition folds to a constant is replaced by the branch
+Small float results are folded too: a padding computed as timm's "same"
+padding is, ``ceil(size / stride)`` in floats, ``Clip`` to at least 0, cast
+back to integers (NASNet-A, EfficientNet-TF ports: TVM's importer refuses a
+``Pad`` whose pads are not constant). Large tensors are left to TVM (they are
+data, not shapes). An ``If`` whose condition folds to a constant is replaced by the branch
 it takes (exporters write ``if x.shape[1] > 1:`` as one). The subgraphs of
 ``If``, ``Loop`` and ``Scan`` nodes are folded too, with the enclosing graph's
 constants in scope, and a constant only a subgraph reads is kept. The model computes
@@ -49,8 +52,8 @@ __all__ = ["fold_shapes", "FOLDABLE", "MAX_ELEMENTS"]
 FOLDABLE = frozenset({"Shape", "Size", "Gather", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Floor", "Ceil",
                       "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice", "Range", "Equal", "Less", "Greater",
                       "Not", "And", "Or", "Where", "Min", "Max", "ReduceProd", "ReduceSum", "Identity",
-                      "ConstantOfShape", "Expand", "Reshape", "Flatten", "Tile", "Constant", "Transpose"})
-#: largest integer result folded
+                      "ConstantOfShape", "Expand", "Reshape", "Flatten", "Tile", "Constant", "Transpose", "Clip"})
+#: largest result folded
 MAX_ELEMENTS = 64
 
 
@@ -272,7 +275,7 @@ def _fold_graph(g, outer: dict, shapes: dict, opset: int) -> bool:
         else:
             keep.append(node)
             continue
-        if any(o.dtype.kind not in "iub" or o.size > MAX_ELEMENTS for o in outs):
+        if any(o.dtype.kind not in "iubf" or o.size > MAX_ELEMENTS for o in outs):
             keep.append(node)
             continue
         for name, arr in zip(node.output, outs):
