@@ -118,6 +118,30 @@ def test_matrix_product_sums_over_k_outside_its_vectorised_columns_bit_identical
     assert np.allclose(ref, a @ b, rtol=1e-5, atol=1e-5)
 
 
+def test_a_prime_number_of_columns_is_tiled_with_its_last_columns_in_a_tile_of_their_own():
+    @T.prim_func(s_tir=True)
+    def mm(a: T.Buffer((3, 24), "float32"), b: T.Buffer((24, 37), "float32"), c: T.Buffer((3, 37), "float32")):
+        for i, j, k in T.grid(3, 37, 24):                 # DeiT's attention scores: 197 columns
+            with T.sblock("c"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    c[vi, vj] = T.float32(0)
+                c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
+
+    g, steps = vectorize_func(mm)
+    assert steps == ["c: 16-lane tiles over j summed in registers, its last 5 in a tile of their own"]
+    assert g.script().count("T.vectorized") == 6 and 'T.sblock("c_update_tail")' in g.script()
+    assert access_spans(g) is not None                  # the in-place analysis still reads it
+    _, report = vectorize_kernels(tvm.IRModule({"mm": mm.with_attr("global_symbol", "mm")}),
+                                  tvm.target.Target("llvm"))
+    assert report == {"mm": steps}                      # as the pass runs it (on the kernel without attributes)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 24)).astype("float32"), rng.standard_normal((24, 37)).astype("float32")
+    ref = _run(mm, a, b, np.zeros((3, 37), "float32"))[2]
+    assert np.array_equal(_run(g, a, b, np.zeros((3, 37), "float32"))[2], ref)
+    assert np.allclose(ref, a @ b, rtol=1e-5, atol=1e-5)
+
+
 def test_long_rows_are_split_into_vectors():
     @T.prim_func(s_tir=True)
     def add(a: T.Buffer((2, 192), "float32"), c: T.Buffer((2, 192), "float32")):
