@@ -232,6 +232,12 @@ def _lanes(n: int) -> int | None:
 # step 0: a lane loop holding several statements, split into one loop per statement
 
 
+def _unit_step(loop) -> bool:
+    """Whether ``loop`` counts one by one (no ``step``, or a step of 1)."""
+    step = getattr(loop, "step", None)
+    return step is None or (isinstance(step, tirx.IntImm) and int(step) == 1)
+
+
 def _rebuild(stmt, old, new):
     """``stmt`` with statement ``old`` replaced by ``new`` (None when ``old`` is not below ``stmt``): the path
     from ``stmt`` down to ``old`` is rebuilt (loops, sequences, blocks), everything else is shared."""
@@ -242,7 +248,7 @@ def _rebuild(stmt, old, new):
     if isinstance(stmt, tirx.For):
         body = _rebuild(stmt.body, old, new)
         return None if body is None else tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                                                  stmt.thread_binding, stmt.annotations)
+                                                  stmt.thread_binding, stmt.annotations, stmt.step)
     if isinstance(stmt, tirx.SeqStmt):
         seq = list(stmt.seq)
         for k, child in enumerate(seq):
@@ -330,7 +336,7 @@ def _split_lanes(sch, loop_rv):
     inside one tile is moved to registers (``local``), so the workspace does not grow."""
     loop = sch.get(loop_rv)
     if not isinstance(loop.body, tirx.SeqStmt) or not isinstance(loop.extent, tirx.IntImm) \
-            or int(loop.kind) != 0 or not _lane_private(loop):
+            or int(loop.kind) != 0 or not _unit_step(loop) or not _lane_private(loop):
         return None
     n = int(loop.extent)
     width = n if n <= TILE and n & (n - 1) == 0 else next((w for w in (TILE, LANES, 8, 4) if n % w == 0), None)
@@ -559,7 +565,7 @@ def _renamed(stmt, suffix: str):
     """A copy of ``stmt`` (loops and blocks) with every block named ``<name><suffix>``."""
     if isinstance(stmt, tirx.For):
         return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _renamed(stmt.body, suffix),
-                        stmt.thread_binding, stmt.annotations)
+                        stmt.thread_binding, stmt.annotations, stmt.step)
     if isinstance(stmt, tirx.SeqStmt):
         return tirx.SeqStmt([_renamed(x, suffix) for x in stmt.seq])
     if isinstance(stmt, s_tir.SBlockRealize):
@@ -580,6 +586,8 @@ def _split_tail(sch, loop_rv, full: int):
     code (a predicated vector is computed lane by lane). The function goes through TVMScript once, which gives
     the copy variables of its own. None if that fails."""
     loop = sch.get(loop_rv)
+    if not _unit_step(loop):
+        return None
     func = sch.mod["main"]
     names = set()
     walk_stmts(func.body, lambda x: names.add(x.name_hint) if isinstance(x, s_tir.SBlock) else None)
