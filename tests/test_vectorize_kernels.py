@@ -118,16 +118,24 @@ def test_matrix_product_sums_over_k_outside_its_vectorised_columns_bit_identical
     assert np.allclose(ref, a @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_a_prime_number_of_columns_is_tiled_with_its_last_columns_in_a_tile_of_their_own():
-    @T.prim_func(s_tir=True)
-    def mm(a: T.Buffer((3, 24), "float32"), b: T.Buffer((24, 37), "float32"), c: T.Buffer((3, 37), "float32")):
-        for i, j, k in T.grid(3, 37, 24):                 # DeiT's attention scores: 197 columns
-            with T.sblock("c"):
-                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                with T.init():
-                    c[vi, vj] = T.float32(0)
-                c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
+@T.prim_func(s_tir=True)
+def _prime_mm(a: T.Buffer((3, 24), "float32"), b: T.Buffer((24, 37), "float32"), c: T.Buffer((3, 37), "float32")):
+    for i, j, k in T.grid(3, 37, 24):                     # DeiT's attention scores: 197 columns
+        with T.sblock("c"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                c[vi, vj] = T.float32(0)
+            c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
 
+
+def _prime_mm_result(func):
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 24)).astype("float32"), rng.standard_normal((24, 37)).astype("float32")
+    return a, b, _run(func, a, b, np.zeros((3, 37), "float32"))[2]
+
+
+def test_a_prime_number_of_columns_is_tiled_with_its_last_columns_in_a_tile_of_their_own():
+    mm = _prime_mm
     g, steps = vectorize_func(mm)
     assert steps == ["c: 16-lane tiles over j summed in registers, its last 5 in a tile of their own"]
     assert g.script().count("T.vectorized") == 6 and 'T.sblock("c_update_tail")' in g.script()
@@ -135,11 +143,39 @@ def test_a_prime_number_of_columns_is_tiled_with_its_last_columns_in_a_tile_of_t
     _, report = vectorize_kernels(tvm.IRModule({"mm": mm.with_attr("global_symbol", "mm")}),
                                   tvm.target.Target("llvm"))
     assert report == {"mm": steps}                      # as the pass runs it (on the kernel without attributes)
-    rng = np.random.default_rng(5)
-    a, b = rng.standard_normal((3, 24)).astype("float32"), rng.standard_normal((24, 37)).astype("float32")
-    ref = _run(mm, a, b, np.zeros((3, 37), "float32"))[2]
-    assert np.array_equal(_run(g, a, b, np.zeros((3, 37), "float32"))[2], ref)
+    a, b, ref = _prime_mm_result(mm)
+    assert np.array_equal(_prime_mm_result(g)[2], ref)
     assert np.allclose(ref, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_names_carrying_code_pass_the_tail_tiles_round_trip_as_text(tmp_path):
+    """The last tile's copy goes through TVMScript (printed, then parsed, which evaluates expressions); names
+    come from model files (untrusted): a block name is printed as an escaped string, a variable name as a
+    sanitised identifier, so neither runs."""
+    from tvm import s_tir, tirx
+
+    marker = tmp_path / "ran"
+    code = f'__import__("pathlib").Path("{marker}").touch()'
+    loop_i = _prime_mm.body.block.body
+    loop_j = loop_i.body
+    realize = loop_j.body.body
+    blk = realize.block
+    block = s_tir.SBlock(list(blk.iter_vars), list(blk.reads), list(blk.writes), f'c"); {code}; ("', blk.body,
+                         blk.init, [], [], blk.annotations)
+    j = tirx.Var(f"j={code}", "int32")
+    values = [j if v.same_as(loop_j.loop_var) else v for v in realize.iter_values]
+    inner = tirx.For(loop_j.body.loop_var, loop_j.body.min, loop_j.body.extent, loop_j.body.kind,
+                     s_tir.SBlockRealize(values, realize.predicate, block))
+    loops = tirx.For(loop_i.loop_var, loop_i.min, loop_i.extent, loop_i.kind,
+                     tirx.For(j, loop_j.min, loop_j.extent, loop_j.kind, inner))
+    root = _prime_mm.body
+    hostile = _prime_mm.with_body(s_tir.SBlockRealize(
+        list(root.iter_values), root.predicate,
+        s_tir.SBlock(list(root.block.iter_vars), [], [], "root", loops)))
+    g, steps = vectorize_func(hostile)
+    assert steps and steps[0].endswith("its last 5 in a tile of their own")
+    assert not marker.exists()
+    assert np.array_equal(_prime_mm_result(g)[2], _prime_mm_result(_prime_mm)[2])
 
 
 def test_long_rows_are_split_into_vectors():
